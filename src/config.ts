@@ -1,0 +1,164 @@
+import { readFileSync } from 'node:fs';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import { SHA256_ENTRY_PREFIX } from './http/auth.js';
+
+const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+const integer = (minimum: number, maximum: number, fallback: number) =>
+  Type.Integer({ minimum, maximum, default: fallback });
+
+/** The environment variables the service reads, with their defaults. */
+const EnvironmentSchema = Type.Object({
+  PORT: integer(0, 65535, 3000),
+  HOST: Type.String({ minLength: 1, default: '0.0.0.0' }),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  API_TOKENS: Type.Optional(Type.String()),
+  API_TOKENS_FILE: Type.Optional(Type.String()),
+  LOG_LEVEL: Type.Union(
+    logLevels.map((level) => Type.Literal(level)),
+    { default: 'info' },
+  ),
+  MIGRATE_ON_START: Type.Boolean({ default: true }),
+  DB_POOL_MAX: integer(1, 1000, 10),
+  DB_CONNECT_TIMEOUT_MS: integer(100, 600_000, 5000),
+  DB_STATEMENT_TIMEOUT_MS: integer(100, 600_000, 5000),
+  BODY_LIMIT: integer(64, 100 * 1024 * 1024, 65536),
+  SHUTDOWN_TIMEOUT_MS: integer(0, 3_600_000, 10_000),
+  JSON_MAX_DEPTH: integer(1, 1000, 32),
+});
+type Environment = Static<typeof EnvironmentSchema>;
+
+export interface Config {
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  apiTokens: string[];
+  logLevel: (typeof logLevels)[number];
+  migrateOnStart: boolean;
+  dbPoolMax: number;
+  dbConnectTimeoutMs: number;
+  dbStatementTimeoutMs: number;
+  bodyLimit: number;
+  shutdownTimeoutMs: number;
+  jsonMaxDepth: number;
+}
+
+/** A configuration problem; the message names the variable. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function expectation(schema: TSchema): string {
+  if (schema.type === 'integer') return `an integer from ${schema.minimum} to ${schema.maximum}`;
+  if (schema.type === 'boolean') return 'true or false';
+  if (Array.isArray(schema.anyOf)) {
+    return `one of ${schema.anyOf.map((option: TSchema) => option.const).join(', ')}`;
+  }
+  if (schema.pattern === '^postgres(ql)?://') return 'a postgres:// or postgresql:// URL';
+  return 'a non-empty string';
+}
+
+/** Environment strings become the schema's types only when they are exactly that type. */
+function convert(schema: TSchema, raw: string): unknown {
+  if (schema.type === 'integer') return /^-?\d{1,15}$/.test(raw) ? Number(raw) : raw;
+  if (schema.type === 'boolean') {
+    if (/^(true|1|yes|on)$/i.test(raw)) return true;
+    if (/^(false|0|no|off)$/i.test(raw)) return false;
+  }
+  return raw;
+}
+
+function readEnvironment(env: NodeJS.ProcessEnv): Environment {
+  const candidate: Record<string, unknown> = {};
+  for (const [name, schema] of Object.entries(EnvironmentSchema.properties)) {
+    const raw = env[name];
+    // An empty variable (`PORT=` in a compose file) means "not set".
+    if (raw !== undefined && raw !== '') candidate[name] = convert(schema, raw);
+  }
+  const withDefaults = Value.Default(EnvironmentSchema, candidate);
+  const error = Value.Errors(EnvironmentSchema, withDefaults).First();
+  if (error) {
+    const name = error.path.slice(1);
+    const schema = EnvironmentSchema.properties[name as keyof Environment];
+    throw new ConfigError(`${name} must be ${expectation(schema)}`);
+  }
+  const url = candidate.DATABASE_URL;
+  if (typeof url === 'string' && !URL.canParse(url)) {
+    throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// URL');
+  }
+  return withDefaults as Environment;
+}
+
+const tokenEntry = /^[A-Za-z0-9\-._~+/]+=*$/;
+const digestEntry = new RegExp(`^${SHA256_ENTRY_PREFIX}[0-9a-fA-F]{64}$`);
+
+function parseTokenEntries(variable: string, entries: string[]): string[] {
+  for (const entry of entries) {
+    if (
+      entry.startsWith(SHA256_ENTRY_PREFIX) ? !digestEntry.test(entry) : !tokenEntry.test(entry)
+    ) {
+      throw new ConfigError(
+        entry.startsWith(SHA256_ENTRY_PREFIX)
+          ? `${variable} has a sha256: entry that is not followed by exactly 64 hex digits`
+          : `${variable} has an entry with characters a bearer token cannot carry (allowed: A-Z a-z 0-9 - . _ ~ + / and trailing =)`,
+      );
+    }
+  }
+  return entries;
+}
+
+function readTokens(environment: Environment): string[] {
+  const tokens = parseTokenEntries(
+    'API_TOKENS',
+    (environment.API_TOKENS ?? '')
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter((entry) => entry !== ''),
+  );
+  if (environment.API_TOKENS_FILE) {
+    let text: string;
+    try {
+      text = readFileSync(environment.API_TOKENS_FILE, 'utf8');
+    } catch (error) {
+      throw new ConfigError(
+        `API_TOKENS_FILE cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`,
+      );
+    }
+    const lines = text
+      .split(/\r?\n/)
+      .map((line) => line.trim())
+      .filter((line) => line !== '' && !line.startsWith('#'));
+    tokens.push(...parseTokenEntries('API_TOKENS_FILE', lines));
+  }
+  return tokens;
+}
+
+export interface LoadConfigOptions {
+  /** The server refuses to start without a token; the migration command needs none. */
+  requireTokens?: boolean;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}): Config {
+  const environment = readEnvironment(env);
+  const apiTokens = readTokens(environment);
+  if ((options.requireTokens ?? true) && apiTokens.length === 0) {
+    throw new ConfigError(
+      'API_TOKENS or API_TOKENS_FILE must provide at least one bearer token; the service does not start without one',
+    );
+  }
+  return {
+    port: environment.PORT,
+    host: environment.HOST,
+    databaseUrl: environment.DATABASE_URL,
+    apiTokens,
+    logLevel: environment.LOG_LEVEL,
+    migrateOnStart: environment.MIGRATE_ON_START,
+    dbPoolMax: environment.DB_POOL_MAX,
+    dbConnectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,
+    dbStatementTimeoutMs: environment.DB_STATEMENT_TIMEOUT_MS,
+    bodyLimit: environment.BODY_LIMIT,
+    shutdownTimeoutMs: environment.SHUTDOWN_TIMEOUT_MS,
+    jsonMaxDepth: environment.JSON_MAX_DEPTH,
+  };
+}

@@ -1,0 +1,79 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import bearerAuth from '@fastify/bearer-auth';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { HttpError } from './errors.js';
+
+/** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
+export const SHA256_ENTRY_PREFIX = 'sha256:';
+
+const CHALLENGE = 'Bearer realm="plant-store"';
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest();
+}
+
+/**
+ * Builds the token check from configured entries (tokens or `sha256:<hex>` digests). Tokens are
+ * compared by digest with timingSafeEqual against every entry, so neither the length of a
+ * configured token nor which entry matched shows in the response time.
+ */
+export function createTokenVerifier(entries: readonly string[]): (token: string) => boolean {
+  const digests = entries.map((entry) =>
+    entry.startsWith(SHA256_ENTRY_PREFIX)
+      ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex')
+      : sha256(entry),
+  );
+  return (token) => {
+    const presented = sha256(token);
+    let matched = false;
+    for (const digest of digests) matched = timingSafeEqual(digest, presented) || matched;
+    return matched;
+  };
+}
+
+function unauthorized(request: FastifyRequest): HttpError {
+  const header = request.headers.authorization;
+  if (!header) {
+    return new HttpError(401, 'a bearer token is required', { 'www-authenticate': CHALLENGE });
+  }
+  const scheme = /^bearer(?:[ \t]+(.*))?$/is.exec(header);
+  if (!scheme) {
+    return new HttpError(401, 'the Authorization header must use the Bearer scheme', {
+      'www-authenticate': CHALLENGE,
+    });
+  }
+  if (!scheme[1]?.trim()) {
+    return new HttpError(401, 'the bearer token is empty', { 'www-authenticate': CHALLENGE });
+  }
+  return new HttpError(401, 'the bearer token is not valid', {
+    'www-authenticate': `${CHALLENGE}, error="invalid_token"`,
+  });
+}
+
+/**
+ * Requires a valid bearer token on every route of `scope`. The check runs in onRequest, before
+ * the body is read, so an unauthenticated client cannot make the service parse anything.
+ */
+export async function requireBearerToken(
+  scope: FastifyInstance,
+  verifyToken: (token: string) => boolean,
+): Promise<void> {
+  await scope.register(bearerAuth, {
+    keys: [],
+    auth: verifyToken,
+    addHook: false,
+    // Despite its name, this mode matches the scheme word case-insensitively (RFC 7235).
+    specCompliance: 'rfc6749',
+    verifyErrorLogLevel: 'debug',
+  });
+  const verify = scope.verifyBearerAuth;
+  if (!verify) throw new Error('@fastify/bearer-auth did not provide verifyBearerAuth');
+  scope.addHook('onRequest', (request, reply, done) => {
+    verify(request, reply, (error) => {
+      const rejected = (error as { statusCode?: number } | undefined)?.statusCode === 401;
+      // The body was never read; closing spares the server from draining it.
+      if (rejected) reply.header('connection', 'close');
+      done(rejected ? unauthorized(request) : error);
+    });
+  });
+}

@@ -1,0 +1,119 @@
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { isDatabaseUnavailable } from '../db/errors.js';
+
+export const ErrorSchema = Type.Object(
+  {
+    error: Type.Integer({ format: 'int32', description: 'The HTTP status code of the response' }),
+    message: Type.String({ description: 'What went wrong, in one sentence for the client' }),
+  },
+  { $id: 'Error', description: 'The body of every response whose status is not 2xx' },
+);
+export type ErrorBody = Static<typeof ErrorSchema>;
+
+/** A failure the client should see, with the status, message and headers to answer with. */
+export class HttpError extends Error {
+  override name = 'HttpError';
+  constructor(
+    readonly statusCode: number,
+    message: string,
+    readonly headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(message);
+  }
+}
+
+/** Seconds a client should wait before retrying after a 503. */
+export const UNAVAILABLE_RETRY_AFTER_SECONDS = 2;
+
+// Fastify's own client errors, in words that suit this API.
+const fastifyMessages: Record<string, string> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'Content-Type must be application/json',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'the request body is larger than the limit',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'the request body does not match its Content-Length',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'body must be a JSON object, but the request body is empty',
+  FST_ERR_BAD_URL: 'the request URL is malformed',
+  FST_ERR_INVALID_URL: 'the request URL is malformed',
+  FST_ERR_MAX_PARAM_LENGTH: 'the request URL is too long',
+};
+
+/** Turns any thrown value into the status, message and headers the client receives. */
+export function toHttpError(error: unknown): HttpError {
+  if (error instanceof HttpError) return error;
+  if (isDatabaseUnavailable(error)) {
+    return new HttpError(503, 'the database is unavailable; retry later', {
+      'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS),
+    });
+  }
+  const { statusCode, code, message } = error as Partial<FastifyError>;
+  if (code === 'FST_ERR_VALIDATION' && message) {
+    return new HttpError(400, message);
+  }
+  if (typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500) {
+    const known = code === undefined ? undefined : fastifyMessages[code];
+    const generic = `${STATUS_CODES[statusCode] ?? 'client error'}`.toLowerCase();
+    return new HttpError(statusCode, known ?? generic);
+  }
+  return new HttpError(500, 'an unexpected error occurred; it has been logged');
+}
+
+export function errorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+  const httpError = toHttpError(error);
+  if (httpError.statusCode >= 500) {
+    request.log.error({ err: error }, 'request failed');
+  }
+  sendError(reply, httpError);
+}
+
+export function sendError(reply: FastifyReply, { statusCode, message, headers }: HttpError): void {
+  const body: ErrorBody = { error: statusCode, message };
+  reply.code(statusCode).headers(headers).send(body);
+}
+
+export function notFoundHandler(request: FastifyRequest, reply: FastifyReply): void {
+  sendError(
+    reply,
+    new HttpError(404, `no route matches ${request.method} ${request.url.split('?')[0]}`),
+  );
+}
+
+/** Answers requests that Node's HTTP parser rejects before Fastify sees them. */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
+  if (!socket.writable) {
+    socket.destroy(error);
+    return;
+  }
+  const statusCode =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? 431
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 408
+        : 400;
+  const message =
+    statusCode === 431
+      ? 'the request headers are too large'
+      : statusCode === 408
+        ? 'the request took too long to arrive'
+        : 'the request is not valid HTTP';
+  const body = JSON.stringify({ error: statusCode, message } satisfies ErrorBody);
+  socket.end(
+    `HTTP/1.1 ${statusCode} ${STATUS_CODES[statusCode]}\r\n` +
+      'Content-Type: application/json; charset=utf-8\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      `x-request-id: ${randomUUID()}\r\n` +
+      'Connection: close\r\n\r\n' +
+      body,
+  );
+}
+
+/** An OpenAPI response whose body is the Error schema. */
+export function errorResponse(description: string, headers: Record<string, unknown> = {}) {
+  return {
+    description,
+    headers,
+    content: { 'application/json': { schema: Type.Ref('Error') } },
+  };
+}

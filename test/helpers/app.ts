@@ -1,0 +1,100 @@
+import { createHash } from 'node:crypto';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { buildApp } from '../../src/app.js';
+import { createPostgresDatabase, type PostgresDatabase } from '../../src/db/client.js';
+import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
+import { createLogger } from '../../src/logger.js';
+import { createDrizzlePlantRepository, type PlantRepository } from '../../src/plants/repository.js';
+import { createScratchDatabase, type ScratchDatabase } from './database.js';
+
+/** A token configured as itself. */
+export const TOKEN = 'test-token-4f1d2c';
+/** A token configured only by its SHA-256 digest. */
+export const HASHED_TOKEN = 'hashed-token-9b7e3a';
+export const TOKEN_ENTRIES = [
+  TOKEN,
+  `sha256:${createHash('sha256').update(HASHED_TOKEN).digest('hex')}`,
+];
+
+export interface TestApp {
+  app: FastifyInstance;
+  database: ScratchDatabase;
+  postgres: PostgresDatabase;
+  /** Every log line the app wrote, as JSON text. */
+  logs: string[];
+  close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  bodyLimit?: number;
+  /** Apply the migrations to the scratch database first (the default). */
+  migrated?: boolean;
+  /** Connection string to use instead of the scratch database (e.g. an unreachable one). */
+  databaseUrl?: string;
+  repository?: (postgres: PostgresDatabase) => PlantRepository;
+}
+
+/** The app wired as in production, on a fresh database of its own. */
+export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
+  const database = await createScratchDatabase({ migrated: options.migrated ?? true });
+  const postgres = createPostgresDatabase(
+    {
+      url: options.databaseUrl ?? database.url,
+      poolMax: 10,
+      connectTimeoutMs: 2000,
+      statementTimeoutMs: 5000,
+    },
+    () => {},
+  );
+  const logs: string[] = [];
+  const latestMillis = latestMigrationMillis();
+  const app = await buildApp({
+    logger: createLogger('info', { write: (line: string) => logs.push(line) }),
+    repository: (options.repository ?? ((p) => createDrizzlePlantRepository(p.db)))(postgres),
+    checkReadiness: () => schemaStatus(postgres.db, latestMillis),
+    tokens: TOKEN_ENTRIES,
+    bodyLimit: options.bodyLimit ?? 65536,
+    jsonMaxDepth: 32,
+  });
+  return {
+    app,
+    database,
+    postgres,
+    logs,
+    async close() {
+      await app.close();
+      await postgres.close();
+      await database.drop();
+    },
+  };
+}
+
+/** POST /plants with a valid token and a JSON content type unless `headers` says otherwise. */
+export function postPlant(
+  app: FastifyInstance,
+  body: string | object,
+  headers: Record<string, string | undefined> = {},
+): Promise<LightMyRequestResponse> {
+  const allHeaders: Record<string, string> = {};
+  for (const [name, value] of Object.entries({
+    authorization: `Bearer ${TOKEN}`,
+    'content-type': 'application/json',
+    ...headers,
+  })) {
+    if (value !== undefined) allHeaders[name] = value;
+  }
+  return app.inject({
+    method: 'POST',
+    url: '/plants',
+    headers: allHeaders,
+    payload: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+export async function storedPlant(database: ScratchDatabase, id: string | number | bigint) {
+  const rows = await database.query<{ id: string; name: string; tag: string | null }>(
+    'select id::text as id, name, tag from plants where id = $1',
+    [String(id)],
+  );
+  return rows[0];
+}

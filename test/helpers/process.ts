@@ -1,0 +1,69 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+
+export const projectRoot = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface RunningProcess {
+  child: ChildProcess;
+  /** stdout, split into lines as they arrive. */
+  stdout: string[];
+  stderr: string[];
+  /** Resolves with the exit code (or the signal name) once the process has exited. */
+  exited: Promise<number | string>;
+}
+
+/** Starts `command` in the project root with exactly `env` (plus PATH). */
+export function run(command: string, args: string[], env: Record<string, string>): RunningProcess {
+  const child = spawn(command, args, {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  const collect = (into: string[]) => {
+    let partial = '';
+    return (chunk: Buffer) => {
+      const lines = (partial + chunk.toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      into.push(...lines);
+    };
+  };
+  child.stdout?.on('data', collect(stdout));
+  child.stderr?.on('data', collect(stderr));
+  const exited = once(child, 'exit').then(([code, signal]) => (code ?? signal) as number | string);
+  return { child, stdout, stderr, exited };
+}
+
+export interface RunningServer extends RunningProcess {
+  baseUrl: string;
+}
+
+/** Starts `node dist/server.js` and resolves once it listens (or rejects if it exits first). */
+export async function startServer(env: Record<string, string>): Promise<RunningServer> {
+  const server = run(process.execPath, ['dist/server.js'], {
+    HOST: '127.0.0.1',
+    PORT: '0',
+    ...env,
+  });
+  const deadline = Date.now() + 20_000;
+  let exitCode: number | string | undefined;
+  server.exited.then((code) => {
+    exitCode = code;
+  });
+  while (Date.now() < deadline) {
+    for (const line of server.stdout) {
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line);
+      if (match?.[1]) return { ...server, baseUrl: match[1] };
+    }
+    if (exitCode !== undefined) {
+      throw new Error(
+        `server exited with ${exitCode}: ${server.stderr.join('\n')}${server.stdout.join('\n')}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  server.child.kill('SIGKILL');
+  throw new Error(`server did not start: ${server.stdout.join('\n')}`);
+}

@@ -1,0 +1,120 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.js';
+
+const digest = `sha256:${'ab'.repeat(32)}`;
+const base = { API_TOKENS: 'secret-token', DATABASE_URL: 'postgres://u@db:5432/plants' };
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    expect(loadConfig(base)).toEqual({
+      port: 3000,
+      host: '0.0.0.0',
+      databaseUrl: 'postgres://u@db:5432/plants',
+      apiTokens: ['secret-token'],
+      logLevel: 'info',
+      migrateOnStart: true,
+      dbPoolMax: 10,
+      dbConnectTimeoutMs: 5000,
+      dbStatementTimeoutMs: 5000,
+      bodyLimit: 65536,
+      shutdownTimeoutMs: 10000,
+      jsonMaxDepth: 32,
+    });
+  });
+
+  it('reads every variable', () => {
+    const config = loadConfig({
+      ...base,
+      PORT: '8080',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      MIGRATE_ON_START: 'false',
+      DB_POOL_MAX: '20',
+      BODY_LIMIT: '1024',
+      SHUTDOWN_TIMEOUT_MS: '500',
+    });
+    expect(config).toMatchObject({
+      port: 8080,
+      host: '127.0.0.1',
+      logLevel: 'warn',
+      migrateOnStart: false,
+      dbPoolMax: 20,
+      bodyLimit: 1024,
+      shutdownTimeoutMs: 500,
+    });
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadConfig({ ...base, PORT: '', LOG_LEVEL: '' })).toMatchObject({
+      port: 3000,
+      logLevel: 'info',
+    });
+  });
+
+  it.each([
+    ['PORT', 'abc', 'PORT must be an integer from 0 to 65535'],
+    ['PORT', '70000', 'PORT must be an integer from 0 to 65535'],
+    ['PORT', '30.5', 'PORT must be an integer from 0 to 65535'],
+    [
+      'LOG_LEVEL',
+      'loud',
+      'LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent',
+    ],
+    ['MIGRATE_ON_START', 'maybe', 'MIGRATE_ON_START must be true or false'],
+    ['DATABASE_URL', 'mysql://x', 'DATABASE_URL must be a postgres:// or postgresql:// URL'],
+    ['DATABASE_URL', 'postgres://[bad', 'DATABASE_URL must be a postgres:// or postgresql:// URL'],
+    ['DB_POOL_MAX', '0', 'DB_POOL_MAX must be an integer from 1 to 1000'],
+    ['BODY_LIMIT', '-1', 'BODY_LIMIT must be an integer'],
+    ['SHUTDOWN_TIMEOUT_MS', 'soon', 'SHUTDOWN_TIMEOUT_MS must be an integer'],
+  ])('rejects %s=%j with a message that names it', (name, value, message) => {
+    expect(() => loadConfig({ ...base, [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ ...base, [name]: value })).toThrow(message);
+  });
+
+  it('refuses to start without a token', () => {
+    expect(() => loadConfig({ DATABASE_URL: base.DATABASE_URL })).toThrow(
+      /API_TOKENS or API_TOKENS_FILE must provide at least one bearer token/,
+    );
+    expect(() => loadConfig({ API_TOKENS: ' , ' })).toThrow(/API_TOKENS/);
+  });
+
+  it('lets the migration command run without a token', () => {
+    expect(
+      loadConfig({ DATABASE_URL: base.DATABASE_URL }, { requireTokens: false }).apiTokens,
+    ).toEqual([]);
+  });
+
+  it('splits API_TOKENS on commas and accepts sha256 digests', () => {
+    expect(loadConfig({ API_TOKENS: ` one , two,${digest}` }).apiTokens).toEqual([
+      'one',
+      'two',
+      digest,
+    ]);
+  });
+
+  it('rejects a malformed sha256 entry and a token a header cannot carry', () => {
+    expect(() => loadConfig({ API_TOKENS: 'sha256:abc' })).toThrow(
+      /API_TOKENS has a sha256: entry/,
+    );
+    expect(() => loadConfig({ API_TOKENS: 'has space' })).toThrow(/API_TOKENS has an entry/);
+  });
+
+  it('reads API_TOKENS_FILE one token per line, skipping blanks and comments', () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'plant-store-')), 'tokens');
+    writeFileSync(file, `# rotated 2026-11\nfile-token\r\n\n${digest}\n`);
+    expect(loadConfig({ API_TOKENS: 'env-token', API_TOKENS_FILE: file }).apiTokens).toEqual([
+      'env-token',
+      'file-token',
+      digest,
+    ]);
+  });
+
+  it('names API_TOKENS_FILE when it cannot be read', () => {
+    expect(() => loadConfig({ API_TOKENS_FILE: '/nonexistent/tokens' })).toThrow(
+      'API_TOKENS_FILE cannot be read (ENOENT)',
+    );
+  });
+});
