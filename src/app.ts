@@ -34,6 +34,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Requests that arrive while draining are still served (with Connection: close).
     return503OnClosing: false,
     clientErrorHandler,
+    // A malformed URL is answered before any hook runs; give it the Error shape too.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('x-request-id', request.id);
+      errorHandler(error, request, reply);
+    },
   });
 
   app.addHook('onRequest', (request, reply, done) => {

@@ -1,3 +1,4 @@
+import { type AddressInfo, connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postPlant, startTestApp, storedPlant, type TestApp } from '../helpers/app.js';
 
@@ -97,6 +98,47 @@ describe('unknown routes', () => {
       error: 404,
       message: `no route matches ${method} ${url}`,
     });
+  });
+});
+
+describe('malformed URLs', () => {
+  it('answer 400 with the Error body and a request id', async () => {
+    const response = await t.app.inject({ method: 'POST', url: '/plants%', payload: '{}' });
+    expect(response.statusCode).toBe(400);
+    expect(response.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(response.headers['x-request-id']).toMatch(uuid);
+    expect(response.json()).toStrictEqual({ error: 400, message: 'the request URL is malformed' });
+  });
+});
+
+describe('requests that are not valid HTTP', () => {
+  async function sendRaw(bytes: string): Promise<string> {
+    if (!t.app.server.listening) await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = t.app.server.address() as AddressInfo;
+    const socket = connect(port, '127.0.0.1');
+    socket.write(bytes);
+    let answer = '';
+    for await (const chunk of socket) answer += chunk;
+    return answer;
+  }
+
+  it('answer 400 with the Error body', async () => {
+    const answer = await sendRaw('NOT HTTP AT ALL\r\n\r\n');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(answer).toMatch(/\r\nx-request-id: [0-9a-f-]{36}\r\n/);
+    expect(answer.split('\r\n\r\n')[1]).toBe(
+      '{"error":400,"message":"the request is not valid HTTP"}',
+    );
+  });
+
+  it('answer 431 to headers over the limit', async () => {
+    const answer = await sendRaw(
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 431 /);
+    expect(answer.split('\r\n\r\n')[1]).toBe(
+      '{"error":431,"message":"the request headers are too large"}',
+    );
   });
 });
 
