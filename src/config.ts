@@ -13,6 +13,7 @@ const EnvironmentSchema = Type.Object({
   PORT: integer(0, 65535, 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  DATA_DIR: Type.String({ minLength: 1, default: '.data' }),
   API_TOKENS: Type.Optional(Type.String()),
   API_TOKENS_FILE: Type.Optional(Type.String()),
   LOG_LEVEL: Type.Union(
@@ -32,7 +33,9 @@ type Environment = Static<typeof EnvironmentSchema>;
 export interface Config {
   port: number;
   host: string;
+  /** A PostgreSQL server; without one the service uses the embedded engine in `dataDir`. */
   databaseUrl: string | undefined;
+  dataDir: string;
   apiTokens: string[];
   logLevel: (typeof logLevels)[number];
   migrateOnStart: boolean;
@@ -151,6 +154,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     port: environment.PORT,
     host: environment.HOST,
     databaseUrl: environment.DATABASE_URL,
+    dataDir: environment.DATA_DIR,
     apiTokens,
     logLevel: environment.LOG_LEVEL,
     migrateOnStart: environment.MIGRATE_ON_START,

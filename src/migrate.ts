@@ -1,15 +1,26 @@
 import { ConfigError, loadConfig } from './config.js';
-import { migrateDatabase } from './db/migrate.js';
+import { openDatabase } from './db/client.js';
 import { createLogger } from './logger.js';
 
 // Applies pending migrations and exits: `npm run db:migrate`, or a one-shot deploy job.
 try {
   const config = loadConfig(process.env, { requireTokens: false });
-  if (!config.databaseUrl) throw new ConfigError('DATABASE_URL must be set to a postgres:// URL');
   const logger = createLogger(config.logLevel);
   try {
-    await migrateDatabase({ url: config.databaseUrl, connectTimeoutMs: config.dbConnectTimeoutMs });
-    logger.info('database schema is up to date');
+    const database = await openDatabase({
+      url: config.databaseUrl,
+      dataDir: config.dataDir,
+      poolMax: 1,
+      connectTimeoutMs: config.dbConnectTimeoutMs,
+      statementTimeoutMs: config.dbStatementTimeoutMs,
+      onIdleError: () => {},
+    });
+    try {
+      await database.migrate();
+      logger.info(`the schema of ${database.description} is up to date`);
+    } finally {
+      await database.close();
+    }
   } catch (error) {
     logger.fatal({ err: error }, 'migration failed');
     process.exitCode = 1;

@@ -1,17 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
-import { createPostgresDatabase } from './db/client.js';
+import { type AppDatabase, openDatabase } from './db/client.js';
 import { isDatabaseUnavailable } from './db/errors.js';
-import { latestMigrationMillis, migrateDatabase, schemaStatus } from './db/migrate.js';
+import { latestMigrationMillis, schemaStatus } from './db/migrate.js';
 import { createLogger } from './logger.js';
 import { createDrizzlePlantRepository } from './plants/repository.js';
 
-function readConfig(): Config & { databaseUrl: string } {
+function readConfig(): Config {
   try {
-    const config = loadConfig(process.env);
-    if (!config.databaseUrl) throw new ConfigError('DATABASE_URL must be set to a postgres:// URL');
-    return { ...config, databaseUrl: config.databaseUrl };
+    return loadConfig(process.env);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
@@ -21,18 +19,9 @@ function readConfig(): Config & { databaseUrl: string } {
 
 const config = readConfig();
 const logger = createLogger(config.logLevel);
+let database: AppDatabase | undefined;
 let app: FastifyInstance | undefined;
 let stopping = false;
-
-const database = createPostgresDatabase(
-  {
-    url: config.databaseUrl,
-    poolMax: config.dbPoolMax,
-    connectTimeoutMs: config.dbConnectTimeoutMs,
-    statementTimeoutMs: config.dbStatementTimeoutMs,
-  },
-  (error) => logger.warn({ err: error }, 'an idle database connection failed'),
-);
 
 async function stop(signal: NodeJS.Signals): Promise<void> {
   if (stopping) {
@@ -47,7 +36,7 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
   }, config.shutdownTimeoutMs).unref();
   try {
     await app?.close();
-    await database.close();
+    await database?.close();
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
     process.exit(1);
@@ -73,17 +62,30 @@ async function whenDatabaseAnswers(what: string, attempt: () => Promise<void>): 
 }
 
 try {
+  const db = await openDatabase({
+    url: config.databaseUrl,
+    dataDir: config.dataDir,
+    poolMax: config.dbPoolMax,
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    statementTimeoutMs: config.dbStatementTimeoutMs,
+    onIdleError: (error) => logger.warn({ err: error }, 'an idle database connection failed'),
+  });
+  database = db;
+  logger.info(
+    { engine: db.engine },
+    db.engine === 'pglite'
+      ? `using ${db.description}: for local runs, demos and tests; set DATABASE_URL to use a PostgreSQL server`
+      : `using ${db.description}`,
+  );
   if (config.migrateOnStart) {
-    await whenDatabaseAnswers('migrating', () =>
-      migrateDatabase({ url: config.databaseUrl, connectTimeoutMs: config.dbConnectTimeoutMs }),
-    );
+    await whenDatabaseAnswers('migrating', () => db.migrate());
     logger.info('database schema is up to date');
   }
   const latestMillis = latestMigrationMillis();
   app = await buildApp({
     logger,
-    repository: createDrizzlePlantRepository(database.db),
-    checkReadiness: () => schemaStatus(database.db, latestMillis),
+    repository: createDrizzlePlantRepository(db.db),
+    checkReadiness: () => schemaStatus(db.db, latestMillis),
     tokens: config.apiTokens,
     bodyLimit: config.bodyLimit,
     jsonMaxDepth: config.jsonMaxDepth,
@@ -91,6 +93,6 @@ try {
   if (!stopping) await app.listen({ port: config.port, host: config.host });
 } catch (error) {
   logger.fatal({ err: error }, 'failed to start');
-  await database.close().catch(() => {});
+  await database?.close().catch(() => {});
   process.exit(1);
 }

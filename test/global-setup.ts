@@ -2,7 +2,9 @@ import type { TestProject } from 'vitest/node';
 
 declare module 'vitest' {
   export interface ProvidedContext {
-    /** A PostgreSQL server the tests may create databases on. */
+    /** The engine the integration tests of this project run on. */
+    engine: 'postgres' | 'pglite';
+    /** A PostgreSQL server the tests may create databases on (the postgres project only). */
     databaseUrl: string;
   }
 }
@@ -11,8 +13,9 @@ declare module 'vitest' {
 export const POSTGRES_IMAGE = 'postgres:18-alpine';
 
 /**
- * Finds the PostgreSQL for integration tests: TEST_DATABASE_URL when set (CI), otherwise a
- * throwaway container started with testcontainers.
+ * Finds the PostgreSQL server for the postgres project: TEST_DATABASE_URL when set (CI),
+ * otherwise a throwaway container started with testcontainers. vitest.config.ts includes this
+ * project only when one of the two is available.
  */
 export default async function setup(project: TestProject) {
   const fromEnvironment = process.env.TEST_DATABASE_URL;

@@ -1,47 +1,38 @@
-import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
-import * as schema from './schema.js';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type * as schema from './schema.js';
 
-export type Database = NodePgDatabase<typeof schema>;
+/** Drizzle's PostgreSQL API, whichever engine runs underneath. */
+export type Database = PgDatabase<PgQueryResultHKT, typeof schema>;
 
-export interface PostgresOptions {
-  url: string;
-  poolMax: number;
-  connectTimeoutMs: number;
-  statementTimeoutMs: number;
-  applicationName?: string;
-}
-
-export interface PostgresDatabase {
+/** A PostgreSQL the service can use: a server, or the embedded engine. */
+export interface AppDatabase {
   db: Database;
-  pool: pg.Pool;
+  engine: 'postgres' | 'pglite';
+  /** Which database this is and where its data lives, for the log. Never holds a password. */
+  description: string;
+  /** Applies pending migrations; processes that race serialise, and the schema is applied once. */
+  migrate(): Promise<void>;
   close(): Promise<void>;
 }
 
-export function createPostgresDatabase(
-  options: PostgresOptions,
-  onIdleError: (error: Error) => void,
-): PostgresDatabase {
-  const pool = new pg.Pool({
-    connectionString: options.url,
-    max: options.poolMax,
-    connectionTimeoutMillis: options.connectTimeoutMs,
-    // The server cancels a slow statement; the client-side timer covers a server that went silent.
-    statement_timeout: options.statementTimeoutMs,
-    query_timeout: options.statementTimeoutMs + 1000,
-    idleTimeoutMillis: 30_000,
-    keepAlive: true,
-    application_name: options.applicationName ?? 'plant-store',
-  });
-  // An idle connection that breaks (database restart) must not crash the process.
-  pool.on('error', onIdleError);
-  let closing: Promise<void> | undefined;
-  return {
-    db: drizzle({ client: pool, schema }),
-    pool,
-    close: () => {
-      closing ??= pool.end();
-      return closing;
-    },
-  };
+export interface DatabaseOptions {
+  /** A PostgreSQL server; when absent, the embedded engine with its data in `dataDir`. */
+  url: string | undefined;
+  dataDir: string;
+  poolMax: number;
+  connectTimeoutMs: number;
+  statementTimeoutMs: number;
+  /** Called when an idle server connection breaks (e.g. a database restart). */
+  onIdleError: (error: Error) => void;
+}
+
+/** Opens the PostgreSQL server at `url`, or the embedded engine when there is none. */
+export async function openDatabase(options: DatabaseOptions): Promise<AppDatabase> {
+  if (options.url) {
+    const { openPostgres } = await import('./postgres.js');
+    return openPostgres({ ...options, url: options.url });
+  }
+  // Loaded only when used: the server path never pays for the WebAssembly engine.
+  const { openEmbedded } = await import('./embedded.js');
+  return openEmbedded(options);
 }

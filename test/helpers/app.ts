@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../../src/app.js';
-import { createPostgresDatabase, type PostgresDatabase } from '../../src/db/client.js';
+import type { AppDatabase } from '../../src/db/client.js';
 import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
+import { openPostgres } from '../../src/db/postgres.js';
 import { createLogger } from '../../src/logger.js';
 import { createDrizzlePlantRepository, type PlantRepository } from '../../src/plants/repository.js';
 import { createScratchDatabase, type ScratchDatabase } from './database.js';
@@ -19,7 +20,8 @@ export const TOKEN_ENTRIES = [
 export interface TestApp {
   app: FastifyInstance;
   database: ScratchDatabase;
-  postgres: PostgresDatabase;
+  /** The app's handle on the database. */
+  appDatabase: AppDatabase;
   /** Every log line the app wrote, as JSON text. */
   logs: string[];
   close(): Promise<void>;
@@ -29,29 +31,29 @@ export interface TestAppOptions {
   bodyLimit?: number;
   /** Apply the migrations to the scratch database first (the default). */
   migrated?: boolean;
-  /** Connection string to use instead of the scratch database (e.g. an unreachable one). */
+  /** A server to use instead of the scratch database (e.g. an unreachable one). */
   databaseUrl?: string;
-  repository?: (postgres: PostgresDatabase) => PlantRepository;
+  repository?: (database: AppDatabase) => PlantRepository;
 }
 
 /** The app wired as in production, on a fresh database of its own. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createScratchDatabase({ migrated: options.migrated ?? true });
-  const postgres = createPostgresDatabase(
-    {
-      url: options.databaseUrl ?? database.url,
-      poolMax: 10,
-      connectTimeoutMs: 2000,
-      statementTimeoutMs: 5000,
-    },
-    () => {},
-  );
+  const appDatabase = options.databaseUrl
+    ? openPostgres({
+        url: options.databaseUrl,
+        poolMax: 10,
+        connectTimeoutMs: 2000,
+        statementTimeoutMs: 5000,
+        onIdleError: () => {},
+      })
+    : database.open();
   const logs: string[] = [];
   const latestMillis = latestMigrationMillis();
   const app = await buildApp({
     logger: createLogger('info', { write: (line: string) => logs.push(line) }),
-    repository: (options.repository ?? ((p) => createDrizzlePlantRepository(p.db)))(postgres),
-    checkReadiness: () => schemaStatus(postgres.db, latestMillis),
+    repository: (options.repository ?? ((d) => createDrizzlePlantRepository(d.db)))(appDatabase),
+    checkReadiness: () => schemaStatus(appDatabase.db, latestMillis),
     tokens: TOKEN_ENTRIES,
     bodyLimit: options.bodyLimit ?? 65536,
     jsonMaxDepth: 32,
@@ -59,11 +61,11 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   return {
     app,
     database,
-    postgres,
+    appDatabase,
     logs,
     async close() {
       await app.close();
-      await postgres.close();
+      await appDatabase.close();
       await database.drop();
     },
   };

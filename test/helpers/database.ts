@@ -1,12 +1,32 @@
 import { randomBytes } from 'node:crypto';
+import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { migrateDatabase } from '../../src/db/migrate.js';
+import type { AppDatabase } from '../../src/db/client.js';
+import { openEmbedded } from '../../src/db/embedded.js';
+import { migratePostgres, openPostgres } from '../../src/db/postgres.js';
+
+export type Engine = 'postgres' | 'pglite';
+
+/** The engine this test project runs on. */
+export function testEngine(): Engine {
+  return inject('engine');
+}
+
+export interface OpenOptions {
+  poolMax?: number;
+  connectTimeoutMs?: number;
+  statementTimeoutMs?: number;
+}
 
 export interface ScratchDatabase {
-  url: string;
-  /** Runs SQL on this database with a short-lived connection. */
-  query<T extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<T[]>;
+  engine: Engine;
+  /** The server's connection string; undefined on the embedded engine. */
+  url: string | undefined;
+  /** The app's handle on this database. The embedded engine has one; its close() keeps it open. */
+  open(options?: OpenOptions): AppDatabase;
+  /** Runs SQL on this database, beside the app. */
+  query<T extends Record<string, unknown>>(text: string, values?: unknown[]): Promise<T[]>;
   drop(): Promise<void>;
 }
 
@@ -16,29 +36,32 @@ function withDatabase(url: string, name: string): string {
   return parsed.toString();
 }
 
-async function onServer(sql: string): Promise<void> {
+async function onServer(text: string): Promise<void> {
   const client = new pg.Client({ connectionString: inject('databaseUrl') });
   await client.connect();
   try {
-    await client.query(sql);
+    await client.query(text);
   } finally {
     await client.end();
   }
 }
 
-/**
- * Creates an empty database of its own on the test server, so each test file sees only its
- * own rows; `migrated` applies the project's migrations to it.
- */
-export async function createScratchDatabase(
-  { migrated }: { migrated: boolean } = { migrated: true },
-): Promise<ScratchDatabase> {
+async function serverScratch(migrated: boolean): Promise<ScratchDatabase> {
   const name = `plant_store_test_${randomBytes(6).toString('hex')}`;
   await onServer(`create database ${name}`);
   const url = withDatabase(inject('databaseUrl'), name);
-  if (migrated) await migrateDatabase({ url, connectTimeoutMs: 5000 });
+  if (migrated) await migratePostgres(url, 5000);
   return {
+    engine: 'postgres',
     url,
+    open: (options = {}) =>
+      openPostgres({
+        url,
+        poolMax: options.poolMax ?? 10,
+        connectTimeoutMs: options.connectTimeoutMs ?? 2000,
+        statementTimeoutMs: options.statementTimeoutMs ?? 5000,
+        onIdleError: () => {},
+      }),
     async query(text, values) {
       const client = new pg.Client({ connectionString: url });
       await client.connect();
@@ -50,4 +73,36 @@ export async function createScratchDatabase(
     },
     drop: () => onServer(`drop database if exists ${name} with (force)`),
   };
+}
+
+async function embeddedScratch(migrated: boolean): Promise<ScratchDatabase> {
+  const database = await openEmbedded({ dataDir: undefined, statementTimeoutMs: 5000 });
+  if (migrated) await database.migrate();
+  return {
+    engine: 'pglite',
+    url: undefined,
+    open: () => ({ ...database, close: async () => {} }),
+    async query<T>(text: string, values?: unknown[]) {
+      // Drizzle keeps the driver's client as $client: here, the PGlite instance.
+      const { $client } = database.db as unknown as { $client: PGlite };
+      return (await $client.query<T>(text, values)).rows;
+    },
+    drop: () => database.close(),
+  };
+}
+
+/**
+ * A database of its own for one test file, on the project's engine: a fresh database on the
+ * test server, or a fresh in-memory embedded engine. `migrated` applies the migrations.
+ */
+export function createScratchDatabase(
+  { migrated }: { migrated: boolean } = { migrated: true },
+): Promise<ScratchDatabase> {
+  return testEngine() === 'postgres' ? serverScratch(migrated) : embeddedScratch(migrated);
+}
+
+/** The connection string of a server scratch database, for tests that need a server. */
+export function serverUrlOf(database: ScratchDatabase): string {
+  if (!database.url) throw new Error('this test needs a PostgreSQL server');
+  return database.url;
 }

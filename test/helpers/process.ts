@@ -47,7 +47,7 @@ export async function startServer(env: Record<string, string>): Promise<RunningS
     PORT: '0',
     ...env,
   });
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 60_000;
   let exitCode: number | string | undefined;
   server.exited.then((code) => {
     exitCode = code;

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { latestMigrationMillis, migrateDatabase } from '../../src/db/migrate.js';
-import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.js';
+import { latestMigrationMillis } from '../../src/db/migrate.js';
+import { migratePostgres } from '../../src/db/postgres.js';
+import { createScratchDatabase, type ScratchDatabase, serverUrlOf } from '../helpers/database.js';
 
 describe('migrateDatabase', () => {
   let database: ScratchDatabase;
@@ -8,11 +9,10 @@ describe('migrateDatabase', () => {
     database = await createScratchDatabase({ migrated: false });
   });
   afterAll(() => database.drop());
+  const serverUrl = () => serverUrlOf(database);
 
   it('lets several migrators start at once on an empty database and applies the schema once', async () => {
-    const migrators = Array.from({ length: 8 }, () =>
-      migrateDatabase({ url: database.url, connectTimeoutMs: 5000 }),
-    );
+    const migrators = Array.from({ length: 8 }, () => migratePostgres(serverUrl(), 5000));
     const results = await Promise.allSettled(migrators);
     expect(results.map((r) => r.status)).toStrictEqual(Array(8).fill('fulfilled'));
     const applied = await database.query<{ created_at: string }>(
@@ -40,7 +40,7 @@ describe('migrateDatabase', () => {
   });
 
   it('is a no-op when the schema is current', async () => {
-    await migrateDatabase({ url: database.url, connectTimeoutMs: 5000 });
+    await migratePostgres(serverUrl(), 5000);
     const [{ count }] = (await database.query<{ count: string }>(
       'select count(*) from drizzle.__drizzle_migrations',
     )) as [{ count: string }];

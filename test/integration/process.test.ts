@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HASHED_TOKEN, TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
-import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.js';
+import { createScratchDatabase, type ScratchDatabase, serverUrlOf } from '../helpers/database.js';
 import { run, startServer } from '../helpers/process.js';
 
 const tokens = TOKEN_ENTRIES.join(',');
@@ -17,7 +17,10 @@ function post(baseUrl: string, body: object, token = TOKEN) {
 describe('configuration at start', () => {
   it.each([
     [{}, 'API_TOKENS or API_TOKENS_FILE must provide at least one bearer token'],
-    [{ API_TOKENS: 't' }, 'DATABASE_URL must be set'],
+    [
+      { API_TOKENS: 't', DATABASE_URL: 'mysql://h/db' },
+      'DATABASE_URL must be a postgres:// or postgresql:// URL',
+    ],
     [
       { API_TOKENS: 't', DATABASE_URL: 'postgres://h/db', PORT: 'http' },
       'PORT must be an integer from 0 to 65535',
@@ -42,7 +45,7 @@ describe('the service process', () => {
   afterAll(() => database.drop());
 
   it('migrates on start, serves, and writes no token to its log', async () => {
-    const server = await startServer({ DATABASE_URL: database.url, API_TOKENS: tokens });
+    const server = await startServer({ DATABASE_URL: serverUrlOf(database), API_TOKENS: tokens });
     try {
       expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
       expect((await post(server.baseUrl, { id: 1, name: 'Logged' })).status).toBe(200);
@@ -68,9 +71,9 @@ describe('the service process', () => {
   });
 
   it('finishes in-flight requests on SIGTERM, then exits 0', async () => {
-    const server = await startServer({ DATABASE_URL: database.url, API_TOKENS: tokens });
+    const server = await startServer({ DATABASE_URL: serverUrlOf(database), API_TOKENS: tokens });
     // Hold the row of id 42 in an open transaction, so the service's insert waits on it.
-    const blocker = new pg.Client({ connectionString: database.url });
+    const blocker = new pg.Client({ connectionString: serverUrlOf(database) });
     await blocker.connect();
     await blocker.query('begin');
     await blocker.query("insert into plants (id, name) values (42, 'Held')");
@@ -97,13 +100,15 @@ describe('the service process', () => {
   it('serves on an unmigrated database only after `db:migrate` when MIGRATE_ON_START is off', async () => {
     const fresh = await createScratchDatabase({ migrated: false });
     const server = await startServer({
-      DATABASE_URL: fresh.url,
+      DATABASE_URL: serverUrlOf(fresh),
       API_TOKENS: tokens,
       MIGRATE_ON_START: 'false',
     });
     try {
       expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(503);
-      const migrate = run(process.execPath, ['dist/migrate.js'], { DATABASE_URL: fresh.url });
+      const migrate = run(process.execPath, ['dist/migrate.js'], {
+        DATABASE_URL: serverUrlOf(fresh),
+      });
       expect(await migrate.exited).toBe(0);
       expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
     } finally {

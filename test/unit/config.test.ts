@@ -13,6 +13,7 @@ describe('loadConfig', () => {
       port: 3000,
       host: '0.0.0.0',
       databaseUrl: 'postgres://u@db:5432/plants',
+      dataDir: '.data',
       apiTokens: ['secret-token'],
       logLevel: 'info',
       migrateOnStart: true,
