@@ -13,10 +13,20 @@ export interface RunningProcess {
   exited: Promise<number | string>;
 }
 
-/** Starts `command` in the project root with exactly `env` (plus PATH). */
-export function run(command: string, args: string[], env: Record<string, string>): RunningProcess {
+export interface RunOptions {
+  /** Working directory; the project root unless given. */
+  cwd?: string;
+}
+
+/** Starts `command` in the project root (or `cwd`) with exactly `env` (plus PATH). */
+export function run(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  { cwd = projectRoot }: RunOptions = {},
+): RunningProcess {
   const child = spawn(command, args, {
-    cwd: projectRoot,
+    cwd,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -40,13 +50,17 @@ export interface RunningServer extends RunningProcess {
   baseUrl: string;
 }
 
+export interface StartServerOptions extends RunOptions {
+  /** Node's arguments; `dist/server.js` unless given. */
+  args?: string[];
+}
+
 /** Starts `node dist/server.js` and resolves once it listens (or rejects if it exits first). */
-export async function startServer(env: Record<string, string>): Promise<RunningServer> {
-  const server = run(process.execPath, ['dist/server.js'], {
-    HOST: '127.0.0.1',
-    PORT: '0',
-    ...env,
-  });
+export async function startServer(
+  env: Record<string, string>,
+  { args = ['dist/server.js'], ...options }: StartServerOptions = {},
+): Promise<RunningServer> {
+  const server = run(process.execPath, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
   const deadline = Date.now() + 60_000;
   let exitCode: number | string | undefined;
   server.exited.then((code) => {
