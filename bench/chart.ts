@@ -32,7 +32,7 @@ function ticks(max: number): number[] {
 }
 
 const label = (value: number) =>
-  value >= 10_000 ? `${value / 1000}k` : Number.isInteger(value) ? String(value) : value.toFixed(1);
+  value >= 1000 ? `${value / 1000}k` : Number.isInteger(value) ? String(value) : value.toFixed(1);
 
 interface Panel {
   title: string;
