@@ -1,0 +1,57 @@
+// The http-ceiling target: the service's own compiled app (dist/app.js: logging, auth, body
+// parsing, validation, serialisation) with a repository that does no I/O and answers as if every
+// plant were created. Whatever the real service loses against it is spent on the database path.
+//
+// Configured by the same environment variables as dist/server.js (PORT, HOST, API_TOKENS,
+// LOG_LEVEL, BODY_LIMIT, JSON_MAX_DEPTH); DATABASE_URL is ignored.
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type * as AppModule from '../src/app.js';
+import type * as ConfigModule from '../src/config.js';
+import type * as LoggerModule from '../src/logger.js';
+import type { PlantRepository } from '../src/plants/repository.js';
+import { distFolder } from './paths.js';
+
+// Imported from dist/ at run time, so this process runs the very code the service runs; the
+// `typeof import` types keep this file checked against the sources.
+const fromDist = (file: string) => import(pathToFileURL(join(distFolder, file)).href);
+const { buildApp } = (await fromDist('app.js')) as typeof AppModule;
+const { ConfigError, loadConfig } = (await fromDist('config.js')) as typeof ConfigModule;
+const { createLogger } = (await fromDist('logger.js')) as typeof LoggerModule;
+
+let config: ConfigModule.Config;
+try {
+  config = loadConfig(process.env);
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error;
+  process.stderr.write(`http-ceiling: invalid configuration: ${error.message}\n`);
+  process.exit(1);
+}
+
+const repository: PlantRepository = {
+  createPlant: async (plant) => ({
+    outcome: 'created',
+    plant: plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag },
+  }),
+};
+
+const app = await buildApp({
+  logger: createLogger(config.logLevel),
+  repository,
+  checkReadiness: async () => 'ready',
+  tokens: config.apiTokens,
+  bodyLimit: config.bodyLimit,
+  jsonMaxDepth: config.jsonMaxDepth,
+});
+
+let stopping = false;
+async function stop(): Promise<void> {
+  if (stopping) process.exit(1);
+  stopping = true;
+  await app.close();
+  process.exit(0);
+}
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);
+
+await app.listen({ port: config.port, host: config.host });

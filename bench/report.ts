@@ -1,0 +1,244 @@
+import type { Target } from './options.js';
+
+export interface CpuUse {
+  /** Cores' worth of CPU used during the measurement (1.0 = one core busy all the time). */
+  server?: number;
+  loadGenerator?: number;
+  /** The whole machine: load generator, server, PostgreSQL and anything else running. */
+  machine?: number;
+}
+
+export interface RunResult {
+  target: Target;
+  /** The concurrency level: HTTP connections, or pgbench clients. */
+  connections: number;
+  status: 'ok' | 'failed' | 'skipped';
+  /** Why it failed or was skipped, or what differs from the plan (pgbench clients capped). */
+  note?: string;
+  /** pgbench clients actually run, when fewer than `connections`. */
+  clients?: number;
+  durationSeconds?: number;
+  /** Successful requests (2xx) or transactions per second. */
+  throughput?: number;
+  succeeded?: number;
+  p50Ms?: number | null;
+  p99Ms?: number | null;
+  errors?: number;
+  errorDetail?: Record<string, unknown>;
+  /** Largest VmRSS sampled from the server process during the measurement. */
+  peakRssBytes?: number;
+  cpu?: CpuUse;
+  /** Lines the server logged during warm-up and measurement (request logging is on). */
+  logLines?: number;
+}
+
+export interface Ratio {
+  connections: number;
+  /** service throughput / http-ceiling throughput */
+  serviceToCeiling: number | null;
+  /** service throughput / pgbench throughput */
+  serviceToPgbench: number | null;
+}
+
+export interface BenchReport {
+  date: string;
+  command: string;
+  machine: Record<string, string | number>;
+  settings: Record<string, string | number>;
+  postgres: Record<string, string>;
+  runs: RunResult[];
+  ratios: Ratio[];
+  notes: string[];
+}
+
+export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
+  const throughput = (target: Target, connections: number) => {
+    const run = runs.find((r) => r.target === target && r.connections === connections);
+    return run?.status === 'ok' && run.throughput !== undefined ? run.throughput : undefined;
+  };
+  const divide = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined || b === 0 ? null : a / b;
+  return levels.map((connections) => {
+    const service = throughput('service', connections);
+    return {
+      connections,
+      serviceToCeiling: divide(service, throughput('http-ceiling', connections)),
+      serviceToPgbench: divide(service, throughput('pgbench', connections)),
+    };
+  });
+}
+
+// ---- formatting ----
+
+const fixed = (value: number | null | undefined, digits: number) =>
+  value === null || value === undefined ? '-' : value.toFixed(digits);
+
+export const mebibytes = (bytes: number | undefined) =>
+  bytes === undefined ? '-' : (bytes / 1024 / 1024).toFixed(1);
+
+const cpuCell = (cpu: CpuUse | undefined) =>
+  cpu
+    ? [cpu.server, cpu.loadGenerator, cpu.machine].map((value) => fixed(value, 2)).join(' / ')
+    : '-';
+
+const connectionsCell = (run: RunResult) =>
+  run.clients !== undefined && run.clients !== run.connections
+    ? `${run.connections} (ran ${run.clients})`
+    : String(run.connections);
+
+const percent = (ratio: number | null) => (ratio === null ? '-' : `${(ratio * 100).toFixed(1)} %`);
+
+export const TABLE_HEADER = [
+  'target',
+  'connections',
+  'throughput /s',
+  'p50 ms',
+  'p99 ms',
+  'errors',
+  'peak RSS MiB',
+  'CPU server / loadgen / machine',
+];
+
+export function tableRows(runs: RunResult[]): string[][] {
+  return runs.map((run) =>
+    run.status === 'ok'
+      ? [
+          run.target,
+          connectionsCell(run),
+          fixed(run.throughput, 1),
+          fixed(run.p50Ms, 2),
+          fixed(run.p99Ms, 2),
+          String(run.errors ?? '-'),
+          mebibytes(run.peakRssBytes),
+          cpuCell(run.cpu),
+        ]
+      : [run.target, connectionsCell(run), run.status, '', '', '', '', run.note ?? ''],
+  );
+}
+
+export const RATIO_HEADER = ['connections', 'service / http-ceiling', 'service / pgbench'];
+
+export function ratioRows(list: Ratio[]): string[][] {
+  return list.map((ratio) => [
+    String(ratio.connections),
+    percent(ratio.serviceToCeiling),
+    percent(ratio.serviceToPgbench),
+  ]);
+}
+
+/** A plain-text table; the first `leftAligned` columns are left-aligned, the others right. */
+export function textTable(header: string[], rows: string[][], leftAligned = 1): string {
+  const widths = header.map((title, column) =>
+    Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)),
+  );
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, column) =>
+        column < leftAligned
+          ? cell.padEnd(widths[column] ?? 0)
+          : cell.padStart(widths[column] ?? 0),
+      )
+      .join('  ')
+      .trimEnd();
+  return [
+    line(header),
+    widths.map((width) => '-'.repeat(width)).join('  '),
+    ...rows.map(line),
+  ].join('\n');
+}
+
+/** One line for the progress output. */
+export function runSummary(run: RunResult): string {
+  const head = `${run.target} @ ${connectionsCell(run)}:`;
+  if (run.status !== 'ok') return `${head} ${run.status}${run.note ? ` (${run.note})` : ''}`;
+  const parts = [
+    `${fixed(run.throughput, 1)}/s`,
+    `p50 ${fixed(run.p50Ms, 2)} ms`,
+    `p99 ${fixed(run.p99Ms, 2)} ms`,
+    `errors ${run.errors ?? '-'}`,
+  ];
+  if (run.peakRssBytes !== undefined) parts.push(`peak RSS ${mebibytes(run.peakRssBytes)} MiB`);
+  if (run.cpu) parts.push(`CPU server/loadgen/machine ${cpuCell(run.cpu)}`);
+  if (run.note) parts.push(run.note);
+  return `${head} ${parts.join(', ')}`;
+}
+
+function markdownTable(header: string[], rows: string[][], leftAligned = 1): string {
+  const escapeCell = (cell: string) => cell.replaceAll('|', '\\|');
+  return [
+    `| ${header.map(escapeCell).join(' | ')} |`,
+    `| ${header.map((_, column) => (column < leftAligned ? '---' : '---:')).join(' | ')} |`,
+    ...rows.map((row) => `| ${row.map(escapeCell).join(' | ')} |`),
+  ].join('\n');
+}
+
+export function markdownReport(report: BenchReport, chartFile: string): string {
+  const facts = (record: Record<string, string | number>) =>
+    Object.entries(record)
+      .map(([key, value]) => `- ${key}: ${value}`)
+      .join('\n');
+  return `# Plant Store benchmark
+
+Run on ${report.date} with:
+
+\`\`\`sh
+${report.command}
+\`\`\`
+
+## Results
+
+Throughput counts successful answers (HTTP 2xx, or pgbench transactions) per second; p50 and
+p99 are the latencies of those answers as the load generator saw them. Errors are non-2xx
+answers plus socket errors and timeouts (pgbench: failed transactions plus aborted clients).
+Peak RSS is the largest VmRSS of the server process sampled every 100 ms while measured. CPU is
+in cores' worth used while measured (1.00 = one core busy the whole time): the server process,
+the load generator (this harness's process running autocannon), and the whole machine.
+
+${markdownTable(TABLE_HEADER, tableRows(report.runs))}
+
+Throughput of the service relative to the other targets, per concurrency level:
+
+${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
+
+![Throughput and p99 latency against connections](${chartFile})
+
+## What each target is
+
+- **service**: \`node dist/server.js\`, the service as shipped, with its default pool
+  (\`DB_POOL_MAX\`), request logging at \`info\` into a file, and PostgreSQL's durable commits
+  (the server's own \`synchronous_commit\` and \`fsync\`, listed below; the harness changes
+  neither). Every request is \`POST /plants\` with a new id
+  (\`{"id": <per-run random base + counter>, "name": "Monstera deliciosa", "tag": "aroid"}\`).
+- **http-ceiling**: \`bench/ceiling.ts\`, the same compiled \`buildApp\` from \`dist/app.js\`
+  with the same logging, auth, parsing, validation and serialisation, but a repository that
+  does no I/O and answers as if the plant were created. It bounds what the service can reach
+  on this machine with this HTTP stack.
+- **pgbench**: PostgreSQL's own client running the service's statement (\`insert into plants
+  ... on conflict (id) do nothing returning name, tag\`, prepared, a random int64 id per
+  transaction, one transaction per statement), with as many clients as the level has
+  connections. It bounds what the database can commit on this machine.
+
+Each target runs in its own process, started afresh for every level, with a warm-up that is
+not counted; the levels alternate the targets (service, http-ceiling, pgbench at one level,
+then the next level), so slow drifts of the machine touch them all alike. All three share
+this machine's ${report.machine.cores} cores with the load generator and PostgreSQL, so none of
+them has the machine to itself: the figures compare the targets with each other here, not
+with a deployment where the database and the clients run elsewhere.
+
+## Notes
+
+${report.notes.map((note) => `- ${note}`).join('\n')}
+
+## Machine
+
+${facts(report.machine)}
+
+## Settings
+
+${facts(report.settings)}
+
+## PostgreSQL
+
+${facts(report.postgres)}
+`;
+}

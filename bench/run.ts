@@ -1,0 +1,618 @@
+// `npm run bench`: the service, the same HTTP app without a database (http-ceiling) and pgbench
+// running the service's INSERT, at each concurrency level, against a database of its own on the
+// PostgreSQL at BENCH_DATABASE_URL. Prints a table and writes bench/results/latest.{json,md,svg}.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { availableParallelism, cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
+import { join, relative } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { chartSvg } from './chart.js';
+import { runHttpLoad } from './http-load.js';
+import {
+  type BenchOptions,
+  OptionsError,
+  pgbenchJobsFor,
+  readBenchOptions,
+  redactUrl,
+  type Target,
+  withDatabase,
+} from './options.js';
+import { benchBuildFolder, distFolder, projectRoot, resultsFolder } from './paths.js';
+import { pgbenchVersion, runPgbench } from './pgbench.js';
+import {
+  type Child,
+  describeExit,
+  killAllChildren,
+  readMachineCpuSeconds,
+  readProcessCpuSeconds,
+  runToCompletion,
+  sampleResidentMemory,
+  spawnChild,
+  stopAllChildren,
+  stopChild,
+} from './processes.js';
+import {
+  type BenchReport,
+  type CpuUse,
+  markdownReport,
+  RATIO_HEADER,
+  type RunResult,
+  ratioRows,
+  ratios,
+  runSummary,
+  TABLE_HEADER,
+  tableRows,
+  textTable,
+} from './report.js';
+
+const PLANT_NAME = 'Monstera deliciosa';
+const PLANT_TAG = 'aroid';
+const START_TIMEOUT_MS = 30_000;
+
+/** A target that could not be brought up: the harness exits non-zero. */
+class StartError extends Error {
+  override name = 'StartError';
+}
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const abort = new AbortController();
+
+// ---- cleaning up, whatever way the run ends ----
+
+let adminUrl: string | undefined;
+let benchDatabase: string | undefined;
+let workFolder: string | undefined;
+let cleaning: Promise<void> | undefined;
+
+function cleanUp(): Promise<void> {
+  cleaning ??= (async () => {
+    await stopAllChildren();
+    if (adminUrl && benchDatabase) {
+      const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
+      try {
+        await client.connect();
+        await client.query(`drop database if exists ${benchDatabase} with (force)`);
+        say(`dropped database ${benchDatabase}`);
+      } catch (error) {
+        process.stderr.write(
+          `bench: could not drop database ${benchDatabase}: ${(error as Error).message}\n`,
+        );
+      } finally {
+        await client.end().catch(() => {});
+      }
+    }
+    if (workFolder) rmSync(workFolder, { recursive: true, force: true });
+  })();
+  return cleaning;
+}
+
+let interrupted = false;
+function onSignal(signal: NodeJS.Signals): void {
+  if (interrupted) {
+    // A second Ctrl-C: do not wait for anything.
+    killAllChildren();
+    process.exit(130);
+  }
+  interrupted = true;
+  process.stderr.write(`\nbench: ${signal}: stopping the targets and dropping the database\n`);
+  abort.abort();
+  cleanUp().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+}
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, onSignal);
+process.on('uncaughtException', (error) => {
+  process.stderr.write(`bench: ${error.stack ?? error}\n`);
+  cleanUp().finally(() => process.exit(1));
+});
+
+// ---- facts about the run ----
+
+function tryCommand(command: string, args: string[]): string | undefined {
+  try {
+    return execFileSync(command, args, {
+      cwd: projectRoot,
+      encoding: 'utf8',
+      stdio: 'pipe',
+    }).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function gitRevision(): string {
+  const head = tryCommand('git', ['rev-parse', '--short', 'HEAD']);
+  if (!head) return 'unknown';
+  const dirty = tryCommand('git', ['status', '--porcelain', '--untracked-files=no']);
+  return dirty ? `${head} (with uncommitted changes)` : head;
+}
+
+function packageVersion(name: string): string {
+  try {
+    const file = join(projectRoot, 'node_modules', name, 'package.json');
+    return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** The command as typed: the BENCH_* variables that were set, then the npm script. */
+function commandLine(): string {
+  const quote = (value: string) => (/^[\w@%+=:,./-]+$/.test(value) ? value : `'${value}'`);
+  const variables = Object.keys(process.env)
+    .filter((name) => name.startsWith('BENCH_'))
+    .sort()
+    .map((name) => {
+      const value = process.env[name] ?? '';
+      return `${name}=${quote(name === 'BENCH_DATABASE_URL' ? redactUrl(value) : value)}`;
+    });
+  const script =
+    process.env.npm_lifecycle_event === 'bench'
+      ? 'npm run bench'
+      : `node ${relative(projectRoot, join(benchBuildFolder, 'run.js'))}`;
+  return [...variables, script].join(' ');
+}
+
+// ---- the targets ----
+
+interface Session {
+  options: BenchOptions;
+  admin: pg.Client;
+  databaseUrl: string;
+  work: string;
+  token: string;
+  nextBody: () => string;
+  notes: Set<string>;
+}
+
+/** Ids never repeat: a random 62-bit base per run plus a counter, well inside int64. */
+function plantBodies(): () => string {
+  const base = BigInt.asUintN(62, randomBytes(8).readBigUInt64BE());
+  let counter = 0n;
+  return () => `{"id":${base + counter++},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
+}
+
+async function checkpoint(session: Session): Promise<void> {
+  // Dirty pages from the previous run are written now rather than during the next one.
+  try {
+    await session.admin.query('checkpoint');
+  } catch (error) {
+    session.notes.add(
+      `CHECKPOINT before each run was not allowed (${(error as Error).message}); runs may include checkpoints of earlier ones.`,
+    );
+  }
+}
+
+function tail(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+async function waitForListening(child: Child, logFile: string, errorFile: string) {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (Date.now() < deadline && !abort.signal.aborted) {
+    const match = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(
+      readFileSync(logFile, 'utf8'),
+    );
+    if (match?.[1]) return match[1];
+    if (child.exit) {
+      throw new StartError(
+        `exited with ${describeExit(child.exit)} before listening:\n${tail(errorFile)}\n${tail(logFile)}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new StartError(`did not listen within ${START_TIMEOUT_MS / 1000} s:\n${tail(logFile)}`);
+}
+
+/** One request before the load: the token, the body and the answer are what the load expects. */
+async function checkAnswers(baseUrl: string, session: Session, target: Target): Promise<void> {
+  if (target === 'service') {
+    const ready = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(10_000) });
+    if (ready.status !== 200) throw new StartError(`/readyz answered ${ready.status}`);
+  }
+  const response = await fetch(`${baseUrl}/plants`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${session.token}`, 'content-type': 'application/json' },
+    body: session.nextBody(),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await response.text();
+  if (response.status !== 200 || text !== JSON.stringify({ name: PLANT_NAME, tag: PLANT_TAG })) {
+    throw new StartError(`POST /plants answered ${response.status} ${text}`);
+  }
+}
+
+function countLines(file: string): number {
+  const content = readFileSync(file);
+  let lines = 0;
+  for (let at = content.indexOf(10); at !== -1; at = content.indexOf(10, at + 1)) lines++;
+  return lines;
+}
+
+async function runHttpTarget(
+  session: Session,
+  target: 'service' | 'http-ceiling',
+  connections: number,
+): Promise<RunResult> {
+  const { options } = session;
+  const logFile = join(session.work, `${target}-${connections}.log`);
+  const errorFile = join(session.work, `${target}-${connections}.stderr`);
+  const stdout = openSync(logFile, 'w');
+  const stderr = openSync(errorFile, 'w');
+  const entry =
+    target === 'service' ? join(distFolder, 'server.js') : join(benchBuildFolder, 'ceiling.js');
+  let child: Child;
+  try {
+    child = spawnChild(target, process.execPath, [entry], {
+      cwd: projectRoot,
+      // Only what the service needs; everything else at the shipped defaults.
+      env: {
+        PATH: process.env.PATH ?? '',
+        DATABASE_URL: session.databaseUrl,
+        API_TOKENS: session.token,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        LOG_LEVEL: 'info',
+      },
+      // The request log goes to a file: the kernel drains it, not the load generator's core.
+      stdio: ['ignore', stdout, stderr],
+    });
+  } catch (error) {
+    throw new StartError((error as Error).message);
+  } finally {
+    closeSync(stdout);
+    closeSync(stderr);
+  }
+
+  try {
+    const baseUrl = await waitForListening(child, logFile, errorFile);
+    await checkAnswers(baseUrl, session, target);
+    await checkpoint(session);
+    const load = {
+      baseUrl,
+      connections,
+      token: session.token,
+      nextBody: session.nextBody,
+      signal: abort.signal,
+    };
+    if (options.warmupSeconds > 0) {
+      await runHttpLoad({ ...load, durationSeconds: options.warmupSeconds });
+    }
+
+    const serverCpuBefore = readProcessCpuSeconds(child.pid);
+    const machineBefore = readMachineCpuSeconds();
+    const ownBefore = process.cpuUsage();
+    const startedAt = performance.now();
+    const memory = sampleResidentMemory(child.pid);
+    const result = await runHttpLoad({ ...load, durationSeconds: options.durationSeconds });
+    const peakRssBytes = memory.stop();
+    const seconds = (performance.now() - startedAt) / 1000;
+    const serverCpuAfter = readProcessCpuSeconds(child.pid);
+    const machineAfter = readMachineCpuSeconds();
+    const own = process.cpuUsage(ownBefore);
+
+    if (child.exit) {
+      throw new Error(
+        `the server exited during the run with ${describeExit(child.exit)}:\n${tail(errorFile)}`,
+      );
+    }
+    const exit = await stopChild(child);
+    const cpu: CpuUse = {
+      loadGenerator: (own.user + own.system) / 1e6 / seconds,
+    };
+    if (serverCpuBefore !== undefined && serverCpuAfter !== undefined) {
+      cpu.server = (serverCpuAfter - serverCpuBefore) / seconds;
+    }
+    if (machineBefore && machineAfter) {
+      cpu.machine = (machineAfter.busy - machineBefore.busy) / seconds;
+    }
+    const run: RunResult = {
+      target,
+      connections,
+      status: 'ok',
+      durationSeconds: result.durationSeconds,
+      throughput: result.throughput,
+      succeeded: result.succeeded,
+      p50Ms: result.p50Ms,
+      p99Ms: result.p99Ms,
+      errors: result.errors,
+      errorDetail: {
+        non2xx: result.non2xx,
+        socketErrors: result.socketErrors,
+        timeouts: result.timeouts,
+        statusCodes: result.statusCodes,
+      },
+      peakRssBytes,
+      cpu,
+      logLines: countLines(logFile),
+    };
+    if (exit.code !== 0) run.note = `the server stopped with ${describeExit(exit)}`;
+    return run;
+  } finally {
+    await stopChild(child);
+    rmSync(logFile, { force: true });
+    rmSync(errorFile, { force: true });
+  }
+}
+
+/** pgbench clients this server can take now, leaving the configured spare slots to others. */
+async function pgbenchClients(session: Session, connections: number): Promise<number> {
+  const { rows } = await session.admin.query<{ max: number; used: number }>(
+    `select current_setting('max_connections')::int as max,
+            (select count(*)::int from pg_stat_activity where backend_type = 'client backend') as used`,
+  );
+  const { max = 0, used = 0 } = rows[0] ?? {};
+  const free = max - used - session.options.pgbenchSpareConnections;
+  const clients = Math.max(1, Math.min(connections, free));
+  if (clients < connections) {
+    session.notes.add(
+      `pgbench ran fewer clients than the level asks where shown as "(ran N)": the server allows max_connections = ${max}, and the harness leaves ${session.options.pgbenchSpareConnections} slots (BENCH_PGBENCH_SPARE_CONNECTIONS) for other users of the server.`,
+    );
+  }
+  return clients;
+}
+
+async function runPgbenchTarget(session: Session, connections: number): Promise<RunResult> {
+  const { options } = session;
+  const clients = await pgbenchClients(session, connections);
+  const jobs = pgbenchJobsFor(clients, options);
+  const common = {
+    pgbench: options.pgbenchPath,
+    databaseUrl: session.databaseUrl,
+    clients,
+    jobs,
+    workFolder: join(session.work, `pgbench-${connections}`),
+    signal: abort.signal,
+  };
+  await checkpoint(session);
+  try {
+    if (options.warmupSeconds > 0) {
+      await runPgbench({ ...common, durationSeconds: options.warmupSeconds, measure: false });
+    }
+  } catch (error) {
+    throw new StartError((error as Error).message);
+  }
+  const machineBefore = readMachineCpuSeconds();
+  const startedAt = performance.now();
+  const result = await runPgbench({
+    ...common,
+    durationSeconds: options.durationSeconds,
+    measure: true,
+  });
+  const seconds = (performance.now() - startedAt) / 1000;
+  const machineAfter = readMachineCpuSeconds();
+  rmSync(common.workFolder, { recursive: true, force: true });
+  const run: RunResult = {
+    target: 'pgbench',
+    connections,
+    status: 'ok',
+    durationSeconds: options.durationSeconds,
+    throughput: result.throughput,
+    succeeded: result.succeeded,
+    p50Ms: result.p50Ms,
+    p99Ms: result.p99Ms,
+    errors: result.errors,
+    errorDetail: { failed: result.failed, abortedClients: result.abortedClients, jobs },
+  };
+  if (clients !== connections) run.clients = clients;
+  if (machineBefore && machineAfter) {
+    run.cpu = { machine: (machineAfter.busy - machineBefore.busy) / seconds };
+  }
+  if (result.exitCode !== 0) run.note = `pgbench exited with code ${result.exitCode}`;
+  return run;
+}
+
+// ---- the session ----
+
+async function benchmark(options: BenchOptions): Promise<number> {
+  const startedAt = new Date();
+  const loadAtStart = loadavg();
+  adminUrl = options.databaseUrl;
+  benchDatabase = `plant_store_bench_${randomBytes(4).toString('hex')}`;
+  workFolder = mkdtempSync(join(tmpdir(), 'plant-store-bench-'));
+  const admin = new pg.Client({
+    connectionString: adminUrl,
+    application_name: 'plant-store-bench',
+  });
+  await admin.connect();
+  try {
+    const settings = await admin.query<{ name: string; value: string }>(
+      'select name, current_setting(name) as value from unnest($1::text[]) as name',
+      [
+        [
+          'server_version',
+          'synchronous_commit',
+          'fsync',
+          'full_page_writes',
+          'wal_sync_method',
+          'commit_delay',
+          'shared_buffers',
+          'max_wal_size',
+          'max_connections',
+        ],
+      ],
+    );
+    const postgres: Record<string, string> = {};
+    for (const { name, value } of settings.rows) postgres[name] = value;
+    await admin.query(`create database ${benchDatabase}`);
+    const databaseUrl = withDatabase(adminUrl, benchDatabase);
+    say(`created database ${benchDatabase}; migrating it with dist/migrate.js`);
+    await runToCompletion('migrate', process.execPath, [join(distFolder, 'migrate.js')], {
+      cwd: projectRoot,
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' },
+    });
+
+    const notes = new Set<string>();
+    let targets = options.targets;
+    let pgbench = 'not used';
+    if (targets.includes('pgbench')) {
+      pgbench = (await pgbenchVersion(options.pgbenchPath)) ?? 'not installed';
+      if (pgbench === 'not installed') {
+        say(`pgbench (${options.pgbenchPath}) is not installed: skipping the pgbench target`);
+        notes.add('pgbench is not installed on this machine, so the pgbench target was skipped.');
+        targets = targets.filter((target) => target !== 'pgbench');
+      }
+    }
+
+    const session: Session = {
+      options,
+      admin,
+      databaseUrl,
+      work: workFolder,
+      token: randomBytes(32).toString('base64url'),
+      nextBody: plantBodies(),
+      notes,
+    };
+    const perRun = options.warmupSeconds + options.durationSeconds + 2;
+    say(
+      `levels ${options.connections.join(', ')}; targets ${targets.join(', ')}; ` +
+        `${options.warmupSeconds} s warm-up + ${options.durationSeconds} s each; ` +
+        `about ${Math.ceil((perRun * targets.length * options.connections.length) / 60)} min`,
+    );
+
+    const runs: RunResult[] = [];
+    const broken = new Map<Target, string>();
+    let failed = false;
+    for (const connections of options.connections) {
+      say(`\n== ${connections} connection${connections === 1 ? '' : 's'}`);
+      for (const target of targets) {
+        if (abort.signal.aborted) throw new Error('interrupted');
+        const brokenBecause = broken.get(target);
+        if (brokenBecause) {
+          runs.push({ target, connections, status: 'skipped', note: brokenBecause });
+          continue;
+        }
+        let run: RunResult;
+        try {
+          run =
+            target === 'pgbench'
+              ? await runPgbenchTarget(session, connections)
+              : await runHttpTarget(session, target, connections);
+        } catch (error) {
+          if (abort.signal.aborted) throw error;
+          const message = (error as Error).message;
+          failed = true;
+          process.stderr.write(`bench: ${target} at ${connections} connections: ${message}\n`);
+          if (error instanceof StartError) {
+            broken.set(target, `did not start at an earlier level (${connections})`);
+          }
+          const lines = message.split('\n').filter((line) => line.trim() !== '');
+          run = {
+            target,
+            connections,
+            status: 'failed',
+            note: lines.slice(0, 2).join(' ').slice(0, 160),
+          };
+        }
+        runs.push(run);
+        say(`  ${runSummary(run)}`);
+      }
+    }
+
+    // An interrupted session leaves the last results file alone rather than write a partial one.
+    if (abort.signal.aborted) throw new Error('interrupted');
+    notes.add(
+      `Load average when the run began: ${loadAtStart.map((value) => value.toFixed(2)).join(', ')} (1, 5, 15 min). Anything else running on the machine takes cores from the targets.`,
+    );
+    notes.add(
+      'The service and http-ceiling write their request log (pino, JSON lines, info level) to a file; the log line count of each run is in latest.json.',
+    );
+    notes.add(
+      "A CHECKPOINT precedes each run's warm-up, so no run pays for writing out the pages an earlier run dirtied, and the warm-up rather than the measurement takes the burst of full-page writes that follows a checkpoint.",
+    );
+    const report: BenchReport = {
+      date: startedAt.toISOString(),
+      command: commandLine(),
+      machine: {
+        cpu: cpus()[0]?.model ?? 'unknown',
+        cores: availableParallelism(),
+        memory: `${(totalmem() / 1024 ** 3).toFixed(1)} GiB`,
+        kernel: release(),
+        node: process.version,
+        postgres: postgres.server_version ?? 'unknown',
+        pgbench,
+        autocannon: packageVersion('autocannon'),
+        revision: gitRevision(),
+      },
+      settings: {
+        connections: options.connections.join(', '),
+        'duration per run (s)': options.durationSeconds,
+        'warm-up per run (s)': options.warmupSeconds,
+        'database server': redactUrl(options.databaseUrl),
+        'pgbench jobs': options.pgbenchJobs ?? `min(clients, ${availableParallelism()})`,
+        'pipelining (autocannon)': 1,
+        'service environment':
+          'DATABASE_URL, API_TOKENS (a fresh token), HOST=127.0.0.1, PORT=0, LOG_LEVEL=info; everything else (DB_POOL_MAX, timeouts) at the service defaults',
+      },
+      postgres,
+      runs,
+      ratios: ratios(runs, options.connections),
+      notes: [...notes],
+    };
+    writeResults(report, options.connections);
+    return failed ? 1 : 0;
+  } finally {
+    await admin.end().catch(() => {});
+  }
+}
+
+function writeResults(report: BenchReport, levels: number[]): void {
+  say(`\n${textTable(TABLE_HEADER, tableRows(report.runs))}`);
+  say(`\n${textTable(RATIO_HEADER, ratioRows(report.ratios), 0)}`);
+  mkdirSync(resultsFolder, { recursive: true });
+  const files = {
+    json: join(resultsFolder, 'latest.json'),
+    markdown: join(resultsFolder, 'latest.md'),
+    svg: join(resultsFolder, 'latest.svg'),
+  };
+  writeFileSync(files.json, `${JSON.stringify(report, null, 2)}\n`);
+  writeFileSync(files.markdown, markdownReport(report, 'latest.svg'));
+  writeFileSync(
+    files.svg,
+    chartSvg(
+      report.runs,
+      levels,
+      `${report.date.slice(0, 16).replace('T', ' ')} UTC, ${report.machine.cores} cores, ${report.settings['duration per run (s)']} s per run`,
+    ),
+  );
+  say(
+    `\nwrote ${Object.values(files)
+      .map((file) => relative(projectRoot, file))
+      .join(', ')}`,
+  );
+}
+
+async function main(): Promise<number> {
+  let options: BenchOptions;
+  try {
+    options = readBenchOptions(process.env);
+  } catch (error) {
+    if (!(error instanceof OptionsError)) throw error;
+    process.stderr.write(`bench: ${error.message}\n`);
+    return 2;
+  }
+  try {
+    return await benchmark(options);
+  } catch (error) {
+    if (!abort.signal.aborted) process.stderr.write(`bench: ${(error as Error).stack ?? error}\n`);
+    return 1;
+  } finally {
+    await cleanUp();
+  }
+}
+
+const code = await main();
+// When a signal is being handled, its handler exits once the cleaning is done.
+if (!interrupted) process.exit(code);
