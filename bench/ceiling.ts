@@ -33,6 +33,7 @@ const repository: PlantRepository = {
     outcome: 'created',
     plant: plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag },
   }),
+  drain: async () => {},
 };
 
 const app = await buildApp({

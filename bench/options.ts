@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 
-export const TARGETS = ['service', 'http-ceiling', 'pgbench'] as const;
+export const TARGETS = ['service', 'service-unbatched', 'http-ceiling', 'pgbench'] as const;
 export type Target = (typeof TARGETS)[number];
 
 export interface BenchOptions {

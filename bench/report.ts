@@ -38,6 +38,8 @@ export interface Ratio {
   serviceToCeiling: number | null;
   /** service throughput / pgbench throughput */
   serviceToPgbench: number | null;
+  /** service throughput / service-unbatched throughput: what coalescing buys */
+  serviceToUnbatched: number | null;
 }
 
 export interface BenchReport {
@@ -64,6 +66,7 @@ export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
       connections,
       serviceToCeiling: divide(service, throughput('http-ceiling', connections)),
       serviceToPgbench: divide(service, throughput('pgbench', connections)),
+      serviceToUnbatched: divide(service, throughput('service-unbatched', connections)),
     };
   });
 }
@@ -116,13 +119,19 @@ export function tableRows(runs: RunResult[]): string[][] {
   );
 }
 
-export const RATIO_HEADER = ['connections', 'service / http-ceiling', 'service / pgbench'];
+export const RATIO_HEADER = [
+  'connections',
+  'service / http-ceiling',
+  'service / pgbench',
+  'service / service-unbatched',
+];
 
 export function ratioRows(list: Ratio[]): string[][] {
   return list.map((ratio) => [
     String(ratio.connections),
     percent(ratio.serviceToCeiling),
     percent(ratio.serviceToPgbench),
+    percent(ratio.serviceToUnbatched),
   ]);
 }
 
@@ -209,6 +218,9 @@ ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
   (the server's own \`synchronous_commit\` and \`fsync\`, listed below; the harness changes
   neither). Every request is \`POST /plants\` with a new id
   (\`{"id": <per-run random base + counter>, "name": "Monstera deliciosa", "tag": "aroid"}\`).
+- **service-unbatched**: the same service with coalescing switched off
+  (\`WRITE_BATCH_MAX=1\`, \`WRITE_CONCURRENCY\` equal to the pool): one INSERT and one commit per
+  request, as an everyday service does. The service's advantage over it is what coalescing buys.
 - **http-ceiling**: \`bench/ceiling.ts\`, the same compiled \`buildApp\` from \`dist/app.js\`
   with the same logging, auth, parsing, validation and serialisation, but a repository that
   does no I/O and answers as if the plant were created. It bounds what the service can reach
@@ -219,7 +231,7 @@ ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
   connections. It bounds what the database can commit on this machine.
 
 Each target runs in its own process, started afresh for every level, with a warm-up that is
-not counted; the levels alternate the targets (service, http-ceiling, pgbench at one level,
+not counted; the levels alternate the targets (every target at one level,
 then the next level), so slow drifts of the machine touch them all alike. All three share
 this machine's ${report.machine.cores} cores with the load generator and PostgreSQL, so none of
 them has the machine to itself: the figures compare the targets with each other here, not

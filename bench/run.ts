@@ -218,7 +218,7 @@ async function waitForListening(child: Child, logFile: string, errorFile: string
 
 /** One request before the load: the token, the body and the answer are what the load expects. */
 async function checkAnswers(baseUrl: string, session: Session, target: Target): Promise<void> {
-  if (target === 'service') {
+  if (target !== 'http-ceiling') {
     const ready = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(10_000) });
     if (ready.status !== 200) throw new StartError(`/readyz answered ${ready.status}`);
   }
@@ -243,7 +243,7 @@ function countLines(file: string): number {
 
 async function runHttpTarget(
   session: Session,
-  target: 'service' | 'http-ceiling',
+  target: 'service' | 'service-unbatched' | 'http-ceiling',
   connections: number,
 ): Promise<RunResult> {
   const { options } = session;
@@ -252,7 +252,9 @@ async function runHttpTarget(
   const stdout = openSync(logFile, 'w');
   const stderr = openSync(errorFile, 'w');
   const entry =
-    target === 'service' ? join(distFolder, 'server.js') : join(benchBuildFolder, 'ceiling.js');
+    target === 'http-ceiling'
+      ? join(benchBuildFolder, 'ceiling.js')
+      : join(distFolder, 'server.js');
   let child: Child;
   try {
     child = spawnChild(target, process.execPath, [entry], {
@@ -265,6 +267,8 @@ async function runHttpTarget(
         HOST: '127.0.0.1',
         PORT: '0',
         LOG_LEVEL: 'info',
+        // One INSERT per request: as many in flight as the pool has connections (its default).
+        ...(target === 'service-unbatched' && { WRITE_BATCH_MAX: '1', WRITE_CONCURRENCY: '10' }),
       },
       // The request log goes to a file: the kernel drains it, not the load generator's core.
       stdio: ['ignore', stdout, stderr],

@@ -27,6 +27,9 @@ const EnvironmentSchema = Type.Object({
   BODY_LIMIT: integer(64, 100 * 1024 * 1024, 65536),
   SHUTDOWN_TIMEOUT_MS: integer(0, 3_600_000, 10_000),
   JSON_MAX_DEPTH: integer(1, 1000, 32),
+  WRITE_BATCH_MAX: integer(1, 10_000, 500),
+  WRITE_CONCURRENCY: integer(1, 1000, 4),
+  WRITE_QUEUE_MAX: integer(1, 1_000_000, 10_000),
 });
 type Environment = Static<typeof EnvironmentSchema>;
 
@@ -45,6 +48,12 @@ export interface Config {
   bodyLimit: number;
   shutdownTimeoutMs: number;
   jsonMaxDepth: number;
+  /** The most creates one INSERT carries. */
+  writeBatchMax: number;
+  /** INSERTs in flight at once (at most DB_POOL_MAX). */
+  writeConcurrency: number;
+  /** Creates that may wait for an INSERT before the service answers 503. */
+  writeQueueMax: number;
 }
 
 /** A configuration problem; the message names the variable. */
@@ -164,5 +173,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     bodyLimit: environment.BODY_LIMIT,
     shutdownTimeoutMs: environment.SHUTDOWN_TIMEOUT_MS,
     jsonMaxDepth: environment.JSON_MAX_DEPTH,
+    writeBatchMax: environment.WRITE_BATCH_MAX,
+    writeConcurrency: Math.min(environment.WRITE_CONCURRENCY, environment.DB_POOL_MAX),
+    writeQueueMax: environment.WRITE_QUEUE_MAX,
   };
 }

@@ -5,7 +5,7 @@ import { type AppDatabase, openDatabase } from './db/client.js';
 import { isDatabaseUnavailable } from './db/errors.js';
 import { latestMigrationMillis, schemaStatus } from './db/migrate.js';
 import { createLogger } from './logger.js';
-import { createDrizzlePlantRepository } from './plants/repository.js';
+import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 
 function readConfig(): Config {
   try {
@@ -20,6 +20,7 @@ function readConfig(): Config {
 const config = readConfig();
 const logger = createLogger(config.logLevel);
 let database: AppDatabase | undefined;
+let repository: PlantRepository | undefined;
 let app: FastifyInstance | undefined;
 let stopping = false;
 
@@ -36,6 +37,7 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
   }, config.shutdownTimeoutMs).unref();
   try {
     await app?.close();
+    await repository?.drain();
     await database?.close();
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
@@ -82,9 +84,14 @@ try {
     logger.info('database schema is up to date');
   }
   const latestMillis = latestMigrationMillis();
+  repository = createPlantRepository(db.db, {
+    maxBatchSize: config.writeBatchMax,
+    maxConcurrentBatches: config.writeConcurrency,
+    maxQueued: config.writeQueueMax,
+  });
   app = await buildApp({
     logger,
-    repository: createDrizzlePlantRepository(db.db),
+    repository,
     checkReadiness: () => schemaStatus(db.db, latestMillis),
     tokens: config.apiTokens,
     bodyLimit: config.bodyLimit,

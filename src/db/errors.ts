@@ -63,9 +63,40 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
-/** Rethrows database failures that mean "unavailable" as DatabaseUnavailableError. */
-export function translateDatabaseError(error: unknown): never {
-  throw isDatabaseUnavailable(error) && !(error instanceof DatabaseUnavailableError)
+/** A database failure that means "unavailable" as DatabaseUnavailableError, others unchanged. */
+export function classifyDatabaseError(error: unknown): unknown {
+  return isDatabaseUnavailable(error) && !(error instanceof DatabaseUnavailableError)
     ? new DatabaseUnavailableError(error)
     : error;
+}
+
+/** Too many creates are already waiting for the database; the caller may retry shortly. */
+export class WriteQueueFullError extends Error {
+  override name = 'WriteQueueFullError';
+  constructor() {
+    super('too many writes are waiting for the database');
+  }
+}
+
+/** The database refused a row (a data exception or an integrity constraint). */
+export class RowRejectedError extends Error {
+  override name = 'RowRejectedError';
+  constructor(cause: unknown) {
+    super('the database refused the row', { cause });
+  }
+}
+
+function sqlStateOf(error: unknown): string | undefined {
+  for (let current = error, depth = 0; current && depth < 8; depth++) {
+    const { code, cause } = current as { code?: unknown; cause?: unknown };
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+    current = cause;
+  }
+  return undefined;
+}
+
+/** True for SQLSTATE classes 22 (data exception) and 23 (integrity constraint violation). */
+export function isRowRejection(error: unknown): boolean {
+  const state = sqlStateOf(error);
+  return state !== undefined && (state.startsWith('22') || state.startsWith('23'));
 }

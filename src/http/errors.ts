@@ -3,7 +3,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { isDatabaseUnavailable } from '../db/errors.js';
+import { isDatabaseUnavailable, RowRejectedError, WriteQueueFullError } from '../db/errors.js';
 
 export const ErrorSchema = Type.Object(
   {
@@ -21,8 +21,9 @@ export class HttpError extends Error {
     readonly statusCode: number,
     message: string,
     readonly headers: Readonly<Record<string, string>> = {},
+    options?: ErrorOptions,
   ) {
-    super(message);
+    super(message, options);
   }
 }
 
@@ -43,9 +44,21 @@ const fastifyMessages: Record<string, string> = {
 /** Turns any thrown value into the status, message and headers the client receives. */
 export function toHttpError(error: unknown): HttpError {
   if (error instanceof HttpError) return error;
+  if (error instanceof WriteQueueFullError) {
+    return new HttpError(
+      503,
+      'the service is busy; retry later',
+      { 'retry-after': '1' },
+      { cause: error },
+    );
+  }
+  if (error instanceof RowRejectedError) {
+    return new HttpError(400, 'the database refused this plant', {}, { cause: error });
+  }
   if (isDatabaseUnavailable(error)) {
-    return new HttpError(503, 'the database is unavailable; retry later', {
-      'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS),
+    const headers = { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) };
+    return new HttpError(503, 'the database is unavailable; retry later', headers, {
+      cause: error,
     });
   }
   const { statusCode, code, message } = error as Partial<FastifyError>;
@@ -62,8 +75,11 @@ export function toHttpError(error: unknown): HttpError {
 
 export function errorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
   const httpError = toHttpError(error);
-  if (httpError.statusCode >= 500) {
+  if (httpError.statusCode === 500) {
     request.log.error({ err: error }, 'request failed');
+  } else if (httpError.cause !== undefined) {
+    // A known failure underneath (database down, a refused row): operators need its details.
+    request.log.warn({ err: httpError.cause }, httpError.message);
   }
   sendError(reply, httpError);
 }

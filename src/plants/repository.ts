@@ -1,6 +1,11 @@
-import { eq } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
-import { translateDatabaseError } from '../db/errors.js';
+import {
+  classifyDatabaseError,
+  isRowRejection,
+  RowRejectedError,
+  WriteQueueFullError,
+} from '../db/errors.js';
 import { plants } from '../db/schema.js';
 import type { NewPlant, Plant } from './schemas.js';
 
@@ -13,38 +18,191 @@ export type CreatePlantResult =
   | { outcome: 'conflict'; plant: Plant };
 
 export interface PlantRepository {
-  /** Stores the plant unless its id exists; resolves once the outcome is durable. */
+  /** Stores the plant unless its id exists; resolves once the outcome is committed. */
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
+  /** Resolves when every create accepted so far has its answer. */
+  drain(): Promise<void>;
 }
 
-export function toPlant(row: { name: string; tag: string | null }): Plant {
-  return row.tag === null ? { name: row.name } : { name: row.name, tag: row.tag };
+export interface BatchingOptions {
+  /** The most plants one INSERT carries. */
+  maxBatchSize: number;
+  /** INSERTs in flight at once, each on a connection of its own. */
+  maxConcurrentBatches: number;
+  /** Creates that may wait for a batch; beyond them a create fails with WriteQueueFullError. */
+  maxQueued: number;
 }
 
-export function samePlant(stored: Plant, wanted: NewPlant): boolean {
+function toPlant(row: { name: string; tag?: string | null }): Plant {
+  return row.tag == null ? { name: row.name } : { name: row.name, tag: row.tag };
+}
+
+function samePlant(stored: Plant, wanted: NewPlant): boolean {
   return stored.name === wanted.name && stored.tag === wanted.tag;
 }
 
-/** One INSERT ... ON CONFLICT DO NOTHING per call, and a SELECT when the id exists. */
-export function createDrizzlePlantRepository(db: Database): PlantRepository {
-  const columns = { name: plants.name, tag: plants.tag };
+/** What the database holds for an id after a batch, or why it refused the row. */
+type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejectedError };
 
-  async function createPlant(plant: NewPlant): Promise<CreatePlantResult> {
-    const inserted = await db
-      .insert(plants)
-      .values({ id: plant.id, name: plant.name, tag: plant.tag ?? null })
-      .onConflictDoNothing({ target: plants.id })
-      .returning(columns);
-    if (inserted[0]) return { outcome: 'created', plant: toPlant(inserted[0]) };
+/**
+ * The plant store. Concurrent creates are coalesced: while INSERTs are in flight, new creates
+ * queue, and each INSERT takes everything queued (up to maxBatchSize) as one multi-row
+ * statement, so one round trip and one commit serve many requests. An idle service sends a
+ * create at once: the queue is flushed on the next turn of the event loop, not after a delay.
+ */
+export function createPlantRepository(db: Database, options: BatchingOptions): PlantRepository {
+  type Pending = {
+    plant: NewPlant;
+    resolve: (result: CreatePlantResult) => void;
+    reject: (error: unknown) => void;
+  };
+  let queue: Pending[] = [];
+  let inFlight = 0;
+  let flushScheduled = false;
+  let drained: Array<() => void> = [];
 
-    // ON CONFLICT waited for any concurrent inserter of this id to commit, so the row is visible.
-    const [existing] = await db.select(columns).from(plants).where(eq(plants.id, plant.id));
-    if (!existing) return createPlant(plant); // deleted in between: try again
-    const stored = toPlant(existing);
-    return { outcome: samePlant(stored, plant) ? 'replayed' : 'conflict', plant: stored };
+  // Built and prepared once: each batch only sends three arrays.
+  const input = sql`unnest(
+    ${sql.placeholder('ids')}::int8[],
+    ${sql.placeholder('names')}::text[],
+    ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
+  const insertBatch = db
+    .insert(plants)
+    .select((qb) =>
+      qb
+        .select({
+          id: sql<bigint>`input.id`.as('id'),
+          name: sql<string>`input.name`.as('name'),
+          tag: sql<string | null>`input.tag`.as('tag'),
+          // Drizzle inserts every column from a select: created_at takes the column's default.
+          createdAt: sql<Date>`${plants.createdAt.default as SQL}`.as('created_at'),
+        })
+        .from(input),
+    )
+    .onConflictDoNothing({ target: plants.id })
+    .returning({ id: plants.id })
+    .prepare('plants_insert_batch');
+  const selectBatch = db
+    .select({ id: plants.id, name: plants.name, tag: plants.tag })
+    .from(plants)
+    .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
+    .prepare('plants_select_batch');
+
+  /** Inserts the rows whose ids are new; returns those ids. */
+  async function insertNew(rows: NewPlant[]): Promise<Set<bigint>> {
+    const inserted = await insertBatch.execute({
+      ids: rows.map((row) => row.id),
+      names: rows.map((row) => row.name),
+      tags: rows.map((row) => row.tag ?? null),
+    });
+    return new Set(inserted.map((row) => row.id));
+  }
+
+  async function selectStored(ids: bigint[]): Promise<Map<bigint, Plant>> {
+    const rows = await selectBatch.execute({ ids });
+    return new Map(rows.map((row) => [row.id, toPlant(row)]));
+  }
+
+  /** Stores rows with distinct ids; a row the database refuses leaves the others unharmed. */
+  async function store(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
+    let inserted: Set<bigint>;
+    try {
+      inserted = await insertNew(rows);
+    } catch (error) {
+      if (!isRowRejection(error)) throw error;
+      const [only] = rows;
+      if (rows.length === 1 && only)
+        return new Map([[only.id, { rejected: new RowRejectedError(error) }]]);
+      // Halve until the refused rows stand alone: the others are stored in a few statements.
+      const half = Math.ceil(rows.length / 2);
+      const first = await store(rows.slice(0, half));
+      const second = await store(rows.slice(half));
+      return new Map([...first, ...second]);
+    }
+    const outcomes = new Map<bigint, StoreOutcome>();
+    const existing: bigint[] = [];
+    for (const row of rows) {
+      if (inserted.has(row.id)) outcomes.set(row.id, { created: true, stored: toPlant(row) });
+      else existing.push(row.id);
+    }
+    if (existing.length > 0) {
+      // A new statement, so it sees rows that concurrent inserts committed while this one waited.
+      const stored = await selectStored(existing);
+      const vanished: NewPlant[] = [];
+      for (const row of rows) {
+        const plant = stored.get(row.id);
+        if (plant) outcomes.set(row.id, { created: false, stored: plant });
+        else if (!outcomes.has(row.id)) vanished.push(row);
+      }
+      // Deleted between the two statements: store them afresh.
+      if (vanished.length > 0)
+        for (const [id, outcome] of await store(vanished)) outcomes.set(id, outcome);
+    }
+    return outcomes;
+  }
+
+  async function runBatch(batch: Pending[]): Promise<void> {
+    // The first create of an id in the batch is the one offered to the database.
+    const offered = new Map<bigint, NewPlant>();
+    for (const { plant } of batch) if (!offered.has(plant.id)) offered.set(plant.id, plant);
+    let outcomes: Map<bigint, StoreOutcome>;
+    try {
+      outcomes = await store([...offered.values()]);
+    } catch (error) {
+      for (const pending of batch) pending.reject(error);
+      return;
+    }
+    for (const { plant, resolve, reject } of batch) {
+      const outcome = outcomes.get(plant.id);
+      if (!outcome) {
+        reject(new Error(`no outcome for plant ${plant.id}`));
+      } else if ('rejected' in outcome) {
+        reject(outcome.rejected);
+      } else if (outcome.created && offered.get(plant.id) === plant) {
+        resolve({ outcome: 'created', plant: outcome.stored });
+      } else {
+        const matches = samePlant(outcome.stored, plant);
+        resolve({ outcome: matches ? 'replayed' : 'conflict', plant: outcome.stored });
+      }
+    }
+  }
+
+  function flush(): void {
+    flushScheduled = false;
+    while (queue.length > 0 && inFlight < options.maxConcurrentBatches) {
+      const batch =
+        queue.length <= options.maxBatchSize ? queue : queue.slice(0, options.maxBatchSize);
+      queue = batch === queue ? [] : queue.slice(batch.length);
+      inFlight++;
+      runBatch(batch).finally(() => {
+        inFlight--;
+        scheduleFlush();
+        if (inFlight === 0 && queue.length === 0) {
+          for (const resolve of drained) resolve();
+          drained = [];
+        }
+      });
+    }
+  }
+
+  function scheduleFlush(): void {
+    if (flushScheduled || queue.length === 0 || inFlight >= options.maxConcurrentBatches) return;
+    flushScheduled = true;
+    // Creates that arrive in the same turn of the event loop leave in one batch.
+    setImmediate(flush);
   }
 
   return {
-    createPlant: (plant) => createPlant(plant).catch(translateDatabaseError),
+    createPlant(plant) {
+      if (queue.length >= options.maxQueued) return Promise.reject(new WriteQueueFullError());
+      return new Promise<CreatePlantResult>((resolve, reject) => {
+        queue.push({ plant, resolve, reject: (error) => reject(classifyDatabaseError(error)) });
+        scheduleFlush();
+      });
+    },
+    drain() {
+      if (inFlight === 0 && queue.length === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => drained.push(resolve));
+    },
   };
 }

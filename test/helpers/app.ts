@@ -5,7 +5,7 @@ import type { AppDatabase } from '../../src/db/client.js';
 import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createLogger } from '../../src/logger.js';
-import { createDrizzlePlantRepository, type PlantRepository } from '../../src/plants/repository.js';
+import { createPlantRepository, type PlantRepository } from '../../src/plants/repository.js';
 import { createScratchDatabase, type ScratchDatabase } from './database.js';
 
 /** A token configured as itself. */
@@ -36,6 +36,9 @@ export interface TestAppOptions {
   repository?: (database: AppDatabase) => PlantRepository;
 }
 
+/** The production defaults of WRITE_BATCH_MAX, WRITE_CONCURRENCY and WRITE_QUEUE_MAX. */
+export const batching = { maxBatchSize: 500, maxConcurrentBatches: 4, maxQueued: 10_000 };
+
 /** The app wired as in production, on a fresh database of its own. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createScratchDatabase({ migrated: options.migrated ?? true });
@@ -52,7 +55,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const latestMillis = latestMigrationMillis();
   const app = await buildApp({
     logger: createLogger('info', { write: (line: string) => logs.push(line) }),
-    repository: (options.repository ?? ((d) => createDrizzlePlantRepository(d.db)))(appDatabase),
+    repository: (options.repository ?? ((d) => createPlantRepository(d.db, batching)))(appDatabase),
     checkReadiness: () => schemaStatus(appDatabase.db, latestMillis),
     tokens: TOKEN_ENTRIES,
     bodyLimit: options.bodyLimit ?? 65536,

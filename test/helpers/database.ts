@@ -106,3 +106,39 @@ export function serverUrlOf(database: ScratchDatabase): string {
   if (!database.url) throw new Error('this test needs a PostgreSQL server');
   return database.url;
 }
+
+/**
+ * Makes writes to `plants` wait until the returned function is called: a second connection
+ * holds an exclusive lock on the table on a server; the embedded engine's single connection is
+ * held by an open transaction.
+ */
+export async function holdPlantsTable(database: ScratchDatabase): Promise<() => Promise<void>> {
+  if (database.engine === 'postgres') {
+    const client = new pg.Client({ connectionString: serverUrlOf(database) });
+    await client.connect();
+    await client.query('begin');
+    await client.query('lock table plants in exclusive mode');
+    return async () => {
+      await client.query('commit');
+      await client.end();
+    };
+  }
+  const { $client } = database.open().db as unknown as { $client: PGlite };
+  let release = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let held = () => {};
+  const holding = new Promise<void>((resolve) => {
+    held = resolve;
+  });
+  const transaction = $client.transaction(async () => {
+    held();
+    await released;
+  });
+  await holding;
+  return async () => {
+    release();
+    await transaction;
+  };
+}

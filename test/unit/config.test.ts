@@ -23,6 +23,9 @@ describe('loadConfig', () => {
       bodyLimit: 65536,
       shutdownTimeoutMs: 10000,
       jsonMaxDepth: 32,
+      writeBatchMax: 500,
+      writeConcurrency: 4,
+      writeQueueMax: 10000,
     });
   });
 
