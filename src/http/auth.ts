@@ -31,6 +31,17 @@ export function createTokenVerifier(entries: readonly string[]): (token: string)
   };
 }
 
+/**
+ * The token of an Authorization header value: the scheme word `Bearer` in any case, one or more
+ * spaces, then the token exactly (RFC 7235, RFC 6750); undefined when there is none. Only the
+ * spaces and tabs that HTTP strips around a field value are dropped. (@fastify/bearer-auth trims
+ * every Unicode space, U+00A0 included, so it would accept a token the client did not send.)
+ */
+export function bearerTokenOf(header: string | undefined): string | undefined {
+  const match = /^bearer +(.*?)[ \t]*$/is.exec(header ?? '');
+  return match?.[1] || undefined;
+}
+
 function unauthorized(request: FastifyRequest): HttpError {
   const header = request.headers.authorization;
   if (!header) {
@@ -60,7 +71,11 @@ export async function requireBearerToken(
 ): Promise<void> {
   await scope.register(bearerAuth, {
     keys: [],
-    auth: verifyToken,
+    // The plugin's own reading of the token is too lenient; read it from the header again.
+    auth: (_lenientToken, request) => {
+      const token = bearerTokenOf(request.headers.authorization);
+      return token !== undefined && verifyToken(token);
+    },
     addHook: false,
     // Despite its name, this mode matches the scheme word case-insensitively (RFC 7235).
     specCompliance: 'rfc6749',

@@ -37,6 +37,20 @@ describe('authentication', () => {
       'the bearer token is not valid',
       invalidToken,
     ],
+    // Found by fuzzing: the token was trimmed of every Unicode space, so these were let in.
+    [
+      'the token followed by a no-break space',
+      `Bearer ${TOKEN}\u00a0`,
+      'the bearer token is not valid',
+      invalidToken,
+    ],
+    [
+      'the token after a no-break space',
+      `Bearer \u00a0${TOKEN}`,
+      'the bearer token is not valid',
+      invalidToken,
+    ],
+    ['the token after a tab', `Bearer \t${TOKEN}`, 'the bearer token is not valid', invalidToken],
     [
       'the SHA-256 entry itself',
       'Bearer sha256:abc',
@@ -65,6 +79,14 @@ describe('authentication', () => {
       { id, name: scheme },
       { authorization: `${scheme} ${TOKEN}` },
     );
+    expect(response.statusCode).toBe(200);
+  });
+
+  it.each([
+    [20, `Bearer  ${TOKEN}`, 'several spaces after the scheme word'],
+    [21, `Bearer ${TOKEN} \t`, 'spaces and tabs after the token, which HTTP strips anyway'],
+  ])('accepts id %i with %j: %s', async (id, authorization) => {
+    const response = await postPlant(t.app, { id, name: 'spaced' }, { authorization });
     expect(response.statusCode).toBe(200);
   });
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createTokenVerifier } from '../../src/http/auth.js';
+import { bearerTokenOf, createTokenVerifier } from '../../src/http/auth.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -32,5 +32,37 @@ describe('createTokenVerifier', () => {
 
   it('accepts nothing when no token is configured', () => {
     expect(createTokenVerifier([])('anything')).toBe(false);
+  });
+});
+
+describe('bearerTokenOf', () => {
+  it.each([
+    ['Bearer abc', 'abc'],
+    ['bEaReR abc', 'abc'],
+    ['Bearer    abc', 'abc'],
+    ['Bearer abc \t ', 'abc'],
+    ['Bearer a b', 'a b'],
+  ])('reads %j as %j', (header, token) => {
+    expect(bearerTokenOf(header)).toBe(token);
+  });
+
+  it.each([
+    undefined,
+    '',
+    'Bearer',
+    'Bearer ',
+    'Bearer\tabc',
+    'Basic abc',
+    ' Bearer abc',
+    'Bearerabc',
+  ])('finds no token in %j', (header) => {
+    expect(bearerTokenOf(header)).toBeUndefined();
+  });
+
+  it('keeps, as part of the token, what HTTP does not strip: a leading tab, Unicode spaces', () => {
+    expect(bearerTokenOf('Bearer \tabc')).toBe('\tabc');
+    expect(bearerTokenOf('Bearer \u00a0abc')).toBe('\u00a0abc');
+    expect(bearerTokenOf('Bearer abc\u00a0')).toBe('abc\u00a0');
+    expect(bearerTokenOf('Bearer abc\u2003')).toBe('abc\u2003');
   });
 });
