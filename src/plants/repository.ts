@@ -33,6 +33,9 @@ export interface BatchingOptions {
   maxQueued: number;
 }
 
+/** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
 function toPlant(row: { name: string; tag?: string | null }): Plant {
   return row.tag == null ? { name: row.name } : { name: row.name, tag: row.tag };
 }
@@ -82,8 +85,15 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
     .onConflictDoNothing({ target: plants.id })
     .returning({ id: plants.id })
     .prepare('plants_insert_batch');
+  // Name and tag come back as their UTF-8 bytes: the embedded engine's driver decodes text with
+  // a TextDecoder that drops a leading U+FEFF, which would turn a replay of such a plant into a
+  // 409 and let a name without the mark pass for a replay.
   const selectBatch = db
-    .select({ id: plants.id, name: plants.name, tag: plants.tag })
+    .select({
+      id: plants.id,
+      name: sql<Uint8Array>`convert_to(${plants.name}, 'UTF8')`,
+      tag: sql<Uint8Array | null>`convert_to(${plants.tag}, 'UTF8')`,
+    })
     .from(plants)
     .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
     .prepare('plants_select_batch');
@@ -100,7 +110,12 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
 
   async function selectStored(ids: bigint[]): Promise<Map<bigint, Plant>> {
     const rows = await selectBatch.execute({ ids });
-    return new Map(rows.map((row) => [row.id, toPlant(row)]));
+    return new Map(
+      rows.map((row) => [
+        row.id,
+        toPlant({ name: utf8.decode(row.name), tag: row.tag && utf8.decode(row.tag) }),
+      ]),
+    );
   }
 
   /** Stores rows with distinct ids; a row the database refuses leaves the others unharmed. */

@@ -96,10 +96,21 @@ export function postPlant(
   });
 }
 
+// Keeps a leading U+FEFF, which a default TextDecoder (the embedded engine's driver) drops.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const fromHex = (hex: string) => utf8.decode(Buffer.from(hex, 'hex'));
+
+/** The row of `id`, its text read as UTF-8 bytes so that nothing in between can alter it. */
 export async function storedPlant(database: ScratchDatabase, id: string | number | bigint) {
   const rows = await database.query<{ id: string; name: string; tag: string | null }>(
-    'select id::text as id, name, tag from plants where id = $1',
+    `select id::text as id,
+            encode(convert_to(name, 'UTF8'), 'hex') as name,
+            encode(convert_to(tag, 'UTF8'), 'hex') as tag
+       from plants where id = $1`,
     [String(id)],
   );
-  return rows[0];
+  const [row] = rows;
+  return (
+    row && { id: row.id, name: fromHex(row.name), tag: row.tag === null ? null : fromHex(row.tag) }
+  );
 }
