@@ -21,7 +21,8 @@ export class OptionsError extends Error {
   override name = 'OptionsError';
 }
 
-function positiveInteger(name: string, raw: string, minimum = 1): number {
+/** `raw` as an integer of at least `minimum`; an OptionsError naming `name` otherwise. */
+export function positiveInteger(name: string, raw: string, minimum = 1): number {
   if (!/^\d+$/.test(raw.trim()) || Number(raw) < minimum || !Number.isSafeInteger(Number(raw))) {
     throw new OptionsError(`${name} must be an integer of at least ${minimum}, not "${raw}"`);
   }

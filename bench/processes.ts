@@ -106,6 +106,41 @@ export async function runToCompletion(
   return output;
 }
 
+/** The last `lines` lines of a file; '' when it cannot be read. */
+export function tailOf(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Resolves with the base URL once the service, started with PORT=0 and its stdout in `logFile`,
+ * logs that it listens; rejects when it exits first, the time is up, or `signal` aborts.
+ */
+export async function waitForListening(
+  child: Child,
+  logFile: string,
+  errorFile: string,
+  { timeoutMs, signal }: { timeoutMs: number; signal?: AbortSignal },
+): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline && !signal?.aborted) {
+    const match = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(
+      readFileSync(logFile, 'utf8'),
+    );
+    if (match?.[1]) return match[1];
+    if (child.exit) {
+      throw new Error(
+        `exited with ${describeExit(child.exit)} before listening:\n${tailOf(errorFile)}\n${tailOf(logFile)}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`did not listen within ${timeoutMs / 1000} s:\n${tailOf(logFile)}`);
+}
+
 // ---- /proc readings (Linux) ----
 
 function readProc(path: string): string | undefined {

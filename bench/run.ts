@@ -1,7 +1,6 @@
 // `npm run bench`: the service, the same HTTP app without a database (http-ceiling) and pgbench
 // running the service's INSERT, at each concurrency level, against a database of its own on the
 // PostgreSQL at BENCH_DATABASE_URL. Prints a table and writes bench/results/latest.{json,md,svg}.
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   closeSync,
@@ -17,6 +16,7 @@ import { join, relative } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { chartSvg } from './chart.js';
+import { commandLine, gitRevision, packageVersion } from './facts.js';
 import { runHttpLoad } from './http-load.js';
 import {
   type BenchOptions,
@@ -40,6 +40,8 @@ import {
   spawnChild,
   stopAllChildren,
   stopChild,
+  tailOf,
+  waitForListening,
 } from './processes.js';
 import {
   type BenchReport,
@@ -114,53 +116,6 @@ process.on('uncaughtException', (error) => {
   cleanUp().finally(() => process.exit(1));
 });
 
-// ---- facts about the run ----
-
-function tryCommand(command: string, args: string[]): string | undefined {
-  try {
-    return execFileSync(command, args, {
-      cwd: projectRoot,
-      encoding: 'utf8',
-      stdio: 'pipe',
-    }).trim();
-  } catch {
-    return undefined;
-  }
-}
-
-function gitRevision(): string {
-  const head = tryCommand('git', ['rev-parse', '--short', 'HEAD']);
-  if (!head) return 'unknown';
-  const dirty = tryCommand('git', ['status', '--porcelain', '--untracked-files=no']);
-  return dirty ? `${head} (with uncommitted changes)` : head;
-}
-
-function packageVersion(name: string): string {
-  try {
-    const file = join(projectRoot, 'node_modules', name, 'package.json');
-    return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
-  } catch {
-    return 'unknown';
-  }
-}
-
-/** The command as typed: the BENCH_* variables that were set, then the npm script. */
-function commandLine(): string {
-  const quote = (value: string) => (/^[\w@%+=:,./-]+$/.test(value) ? value : `'${value}'`);
-  const variables = Object.keys(process.env)
-    .filter((name) => name.startsWith('BENCH_'))
-    .sort()
-    .map((name) => {
-      const value = process.env[name] ?? '';
-      return `${name}=${quote(name === 'BENCH_DATABASE_URL' ? redactUrl(value) : value)}`;
-    });
-  const script =
-    process.env.npm_lifecycle_event === 'bench'
-      ? 'npm run bench'
-      : `node ${relative(projectRoot, join(benchBuildFolder, 'run.js'))}`;
-  return [...variables, script].join(' ');
-}
-
 // ---- the targets ----
 
 interface Session {
@@ -191,29 +146,15 @@ async function checkpoint(session: Session): Promise<void> {
   }
 }
 
-function tail(file: string, lines = 20): string {
+async function waitForServer(child: Child, logFile: string, errorFile: string): Promise<string> {
   try {
-    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
-  } catch {
-    return '';
+    return await waitForListening(child, logFile, errorFile, {
+      timeoutMs: START_TIMEOUT_MS,
+      signal: abort.signal,
+    });
+  } catch (error) {
+    throw new StartError((error as Error).message);
   }
-}
-
-async function waitForListening(child: Child, logFile: string, errorFile: string) {
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  while (Date.now() < deadline && !abort.signal.aborted) {
-    const match = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(
-      readFileSync(logFile, 'utf8'),
-    );
-    if (match?.[1]) return match[1];
-    if (child.exit) {
-      throw new StartError(
-        `exited with ${describeExit(child.exit)} before listening:\n${tail(errorFile)}\n${tail(logFile)}`,
-      );
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new StartError(`did not listen within ${START_TIMEOUT_MS / 1000} s:\n${tail(logFile)}`);
 }
 
 /** One request before the load: the token, the body and the answer are what the load expects. */
@@ -281,7 +222,7 @@ async function runHttpTarget(
   }
 
   try {
-    const baseUrl = await waitForListening(child, logFile, errorFile);
+    const baseUrl = await waitForServer(child, logFile, errorFile);
     await checkAnswers(baseUrl, session, target);
     await checkpoint(session);
     const load = {
@@ -309,7 +250,7 @@ async function runHttpTarget(
 
     if (child.exit) {
       throw new Error(
-        `the server exited during the run with ${describeExit(child.exit)}:\n${tail(errorFile)}`,
+        `the server exited during the run with ${describeExit(child.exit)}:\n${tailOf(errorFile)}`,
       );
     }
     const exit = await stopChild(child);
@@ -538,7 +479,7 @@ async function benchmark(options: BenchOptions): Promise<number> {
     );
     const report: BenchReport = {
       date: startedAt.toISOString(),
-      command: commandLine(),
+      command: commandLine('BENCH_', 'bench', 'run.js'),
       machine: {
         cpu: cpus()[0]?.model ?? 'unknown',
         cores: availableParallelism(),
