@@ -47,15 +47,15 @@ const replay = process.env.FUZZ_SEED
   ? { seed: Number(process.env.FUZZ_SEED), path: process.env.FUZZ_PATH }
   : {};
 
+type StoredPlant = { name: string; tag: string | null };
+
 let t: TestApp;
 /** The plants in the table, as this test expects them: what the answers said was stored. */
-const expectedTable = new Map<bigint, { name: string; tag: string | null }>();
+const expectedTable = new Map<bigint, StoredPlant>();
 let closeReader: () => Promise<void> = async () => {};
 let sent = 0;
 const statuses = new Map<number, number>();
 let requestCounter = 0;
-
-type StoredPlant = { name: string; tag: string | null };
 
 // Text is read as its UTF-8 bytes: a driver's decoding (the embedded engine's drops a leading
 // U+FEFF) must not stand between the test and what the table holds.
@@ -203,8 +203,7 @@ function describeExchange(request: FuzzRequest, response: LightMyRequestResponse
   ].join('\n  ');
 }
 
-const plantView = ({ name, tag }: { name: string; tag: string | null }) =>
-  tag === null ? { name } : { name, tag };
+const plantView = ({ name, tag }: StoredPlant) => (tag === null ? { name } : { name, tag });
 
 /** The invariants every answer keeps, whatever was sent. */
 function checkShape(response: LightMyRequestResponse, fail: (why: string) => never): void {
