@@ -22,6 +22,8 @@ export interface PlantRepository {
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
   /** Resolves when every create accepted so far has its answer. */
   drain(): Promise<void>;
+  /** Creates waiting for an INSERT, and INSERTs in flight. */
+  stats(): { queued: number; inFlight: number };
 }
 
 export interface BatchingOptions {
@@ -31,6 +33,8 @@ export interface BatchingOptions {
   maxConcurrentBatches: number;
   /** Creates that may wait for a batch; beyond them a create fails with WriteQueueFullError. */
   maxQueued: number;
+  /** Told the size of every batch sent. */
+  onBatch?: (size: number) => void;
 }
 
 function toPlant(row: { name: string; tag?: string | null }): Plant {
@@ -174,6 +178,7 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
         queue.length <= options.maxBatchSize ? queue : queue.slice(0, options.maxBatchSize);
       queue = batch === queue ? [] : queue.slice(batch.length);
       inFlight++;
+      options.onBatch?.(batch.length);
       runBatch(batch).finally(() => {
         inFlight--;
         scheduleFlush();
@@ -204,5 +209,6 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       if (inFlight === 0 && queue.length === 0) return Promise.resolve();
       return new Promise<void>((resolve) => drained.push(resolve));
     },
+    stats: () => ({ queued: queue.length, inFlight }),
   };
 }

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { requireBearerToken } from '../http/auth.js';
+import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import { refTo } from '../http/validation.js';
 import type { PlantRepository } from './repository.js';
@@ -14,13 +14,14 @@ const retryAfter = {
 export interface PlantRoutesOptions {
   repository: PlantRepository;
   verifyToken: (token: string) => boolean;
+  limits: AuthLimits;
 }
 
 export async function plantRoutes(
   app: FastifyInstance,
-  { repository, verifyToken }: PlantRoutesOptions,
+  { repository, verifyToken, limits }: PlantRoutesOptions,
 ): Promise<void> {
-  await requireBearerToken(app, verifyToken);
+  await requireBearerToken(app, verifyToken, limits);
 
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/plants',
