@@ -51,16 +51,18 @@ export interface RunningServer extends RunningProcess {
 }
 
 export interface StartServerOptions extends RunOptions {
-  /** Node's arguments; `dist/server.js` unless given. */
+  /** The program; this Node.js unless given. */
+  command?: string;
+  /** Its arguments; `dist/server.js` unless given. */
   args?: string[];
 }
 
 /** Starts `node dist/server.js` and resolves once it listens (or rejects if it exits first). */
 export async function startServer(
   env: Record<string, string>,
-  { args = ['dist/server.js'], ...options }: StartServerOptions = {},
+  { command = process.execPath, args = ['dist/server.js'], ...options }: StartServerOptions = {},
 ): Promise<RunningServer> {
-  const server = run(process.execPath, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
+  const server = run(command, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
   const deadline = Date.now() + 60_000;
   let exitCode: number | string | undefined;
   server.exited.then((code) => {
