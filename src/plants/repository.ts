@@ -115,8 +115,9 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
     } catch (error) {
       if (!isRowRejection(error)) throw error;
       const [only] = rows;
-      if (rows.length === 1 && only)
+      if (rows.length === 1 && only) {
         return new Map([[only.id, { rejected: new RowRejectedError(error) }]]);
+      }
       // Halve until the refused rows stand alone: the others are stored in a few statements.
       const half = Math.ceil(rows.length / 2);
       const first = await store(rows.slice(0, half));
@@ -139,8 +140,9 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
         else if (!outcomes.has(row.id)) vanished.push(row);
       }
       // Deleted between the two statements: store them afresh.
-      if (vanished.length > 0)
+      if (vanished.length > 0) {
         for (const [id, outcome] of await store(vanished)) outcomes.set(id, outcome);
+      }
     }
     return outcomes;
   }

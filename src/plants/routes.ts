@@ -40,12 +40,20 @@ export async function plantRoutes(
           401: errorResponse('The bearer token is missing or not valid', {
             'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
           }),
+          408: errorResponse('The request did not arrive within the time limit'),
           409: errorResponse('A plant with this id exists with a different name or tag'),
           413: errorResponse('The body is larger than the limit'),
           415: errorResponse('The content type is not application/json'),
-          429: errorResponse('Too many requests', retryAfter),
+          429: errorResponse(
+            'Too many failed authentications from this address, or requests for this token',
+            retryAfter,
+          ),
+          431: errorResponse('The request headers are too large'),
           500: errorResponse('An unexpected fault'),
-          503: errorResponse('The database is unavailable or timed out', retryAfter),
+          503: errorResponse(
+            'The database is unavailable or timed out, or too many creates are waiting for it',
+            retryAfter,
+          ),
         },
       },
     },
