@@ -19,6 +19,12 @@ export interface RunOptions {
   cwd?: string;
 }
 
+// Children still running when this process exits (a run that is interrupted) die with it.
+const children = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL');
+});
+
 /** Starts `command` in the project root (or `cwd`) with exactly `env` (plus PATH). */
 export function run(
   command: string,
@@ -43,7 +49,11 @@ export function run(
   };
   child.stdout?.on('data', collect(stdout));
   child.stderr?.on('data', collect(stderr));
-  const exited = once(child, 'exit').then(([code, signal]) => (code ?? signal) as number | string);
+  children.add(child);
+  const exited = once(child, 'exit').then(([code, signal]) => {
+    children.delete(child);
+    return (code ?? signal) as number | string;
+  });
   return { child, stdout, stderr, exited };
 }
 
