@@ -258,6 +258,17 @@ export function checkDurability(
   return report;
 }
 
+/** The ids of `plants` that the table lacks or holds with another name or tag. */
+export function notStoredAsSent(
+  plants: readonly SentPlant[],
+  rows: readonly StoredRow[],
+): string[] {
+  const stored = new Map(rows.map((row) => [row.id, row]));
+  return plants
+    .filter((plant) => !holds(stored.get(String(plant.id)), plant))
+    .map((plant) => String(plant.id));
+}
+
 /** One line for the test output. */
 export function formatReport(scenario: string, report: DurabilityReport): string {
   const { requests, acknowledged, verified, lost } = report;
