@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import {
   classifyDatabaseError,
+  isDatabaseUnavailable,
   isRowRejection,
   RowRejectedError,
   WriteQueueFullError,
@@ -53,6 +54,7 @@ type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejecte
  * queue, and each INSERT takes everything queued (up to maxBatchSize) as one multi-row
  * statement, so one round trip and one commit serve many requests. An idle service sends a
  * create at once: the queue is flushed on the next turn of the event loop, not after a delay.
+ * When a batch finds the database unavailable, the creates queued behind it fail with it.
  */
 export function createPlantRepository(db: Database, options: BatchingOptions): PlantRepository {
   type Pending = {
@@ -156,6 +158,14 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       outcomes = await store([...offered.values()]);
     } catch (error) {
       for (const pending of batch) pending.reject(error);
+      if (isDatabaseUnavailable(error)) {
+        // The creates still queued were never sent, so failing them is safe; sending them would
+        // make each wait out another connect or statement timeout to learn the same thing, and
+        // answer after twice the time the timeouts promise (e.g. while the network is silent).
+        const waiting = queue;
+        queue = [];
+        for (const pending of waiting) pending.reject(error);
+      }
       return;
     }
     for (const { plant, resolve, reject } of batch) {
