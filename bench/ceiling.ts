@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type * as AppModule from '../src/app.js';
 import type * as ConfigModule from '../src/config.js';
+import type * as MetricsModule from '../src/http/metrics.js';
 import type * as LoggerModule from '../src/logger.js';
 import type { PlantRepository } from '../src/plants/repository.js';
 import { distFolder } from './paths.js';
@@ -18,6 +19,7 @@ const fromDist = (file: string) => import(pathToFileURL(join(distFolder, file)).
 const { buildApp } = (await fromDist('app.js')) as typeof AppModule;
 const { ConfigError, loadConfig } = (await fromDist('config.js')) as typeof ConfigModule;
 const { createLogger } = (await fromDist('logger.js')) as typeof LoggerModule;
+const { createMetrics } = (await fromDist('http/metrics.js')) as typeof MetricsModule;
 
 let config: ConfigModule.Config;
 try {
@@ -34,15 +36,15 @@ const repository: PlantRepository = {
     plant: plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag },
   }),
   drain: async () => {},
+  stats: () => ({ queued: 0, inFlight: 0 }),
 };
 
 const app = await buildApp({
+  config,
   logger: createLogger(config.logLevel),
   repository,
   checkReadiness: async () => 'ready',
-  tokens: config.apiTokens,
-  bodyLimit: config.bodyLimit,
-  jsonMaxDepth: config.jsonMaxDepth,
+  metrics: createMetrics(),
 });
 
 let stopping = false;

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { SHA256_ENTRY_PREFIX } from './http/auth.js';
@@ -30,6 +31,14 @@ const EnvironmentSchema = Type.Object({
   WRITE_BATCH_MAX: integer(1, 10_000, 500),
   WRITE_CONCURRENCY: integer(1, 1000, 4),
   WRITE_QUEUE_MAX: integer(1, 1_000_000, 10_000),
+  AUTH_FAILURE_LIMIT: integer(0, 1_000_000, 30),
+  TOKEN_RATE_LIMIT: integer(0, 100_000_000, 0),
+  RATE_LIMIT_WINDOW_MS: integer(1000, 86_400_000, 60_000),
+  TRUST_PROXY: Type.String({ minLength: 1, default: 'false' }),
+  HTTP_HEADERS_TIMEOUT_MS: integer(1000, 600_000, 10_000),
+  HTTP_REQUEST_TIMEOUT_MS: integer(1000, 3_600_000, 30_000),
+  HTTP_KEEP_ALIVE_TIMEOUT_MS: integer(1000, 3_600_000, 72_000),
+  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
 });
 type Environment = Static<typeof EnvironmentSchema>;
 
@@ -54,11 +63,42 @@ export interface Config {
   writeConcurrency: number;
   /** Creates that may wait for an INSERT before the service answers 503. */
   writeQueueMax: number;
+  /** Failed authentications per client address and window before 429; 0 switches it off. */
+  authFailureLimit: number;
+  /** Requests per token and window before 429; 0 switches it off. */
+  tokenRateLimit: number;
+  rateLimitWindowMs: number;
+  /** Whose X-Forwarded-For to believe: no one, every peer, or these proxy addresses. */
+  trustProxy: boolean | string[];
+  httpHeadersTimeoutMs: number;
+  httpRequestTimeoutMs: number;
+  httpKeepAliveTimeoutMs: number;
+  /** Serve /metrics on this port instead of the main one. */
+  metricsPort: number | undefined;
 }
 
 /** A configuration problem; the message names the variable. */
 export class ConfigError extends Error {
   override name = 'ConfigError';
+}
+
+const trustProxyExpectation =
+  'true, false, or a comma-separated list of proxy addresses (CIDR allowed)';
+
+function parseTrustProxy(value: string): boolean | string[] {
+  if (value === 'true') return true;
+  if (value === 'false') return false;
+  const entries = value.split(',').map((entry) => entry.trim());
+  for (const entry of entries) {
+    const [address = '', bits, ...rest] = entry.split('/');
+    const version = isIP(address);
+    const maxBits = version === 6 ? 128 : 32;
+    const badBits = bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= maxBits);
+    if (version === 0 || badBits || rest.length > 0) {
+      throw new ConfigError(`TRUST_PROXY must be ${trustProxyExpectation}`);
+    }
+  }
+  return entries;
 }
 
 function expectation(schema: TSchema): string {
@@ -154,6 +194,9 @@ export interface LoadConfigOptions {
 export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}): Config {
   const environment = readEnvironment(env);
   const apiTokens = readTokens(environment);
+  if (environment.METRICS_PORT !== undefined && environment.METRICS_PORT === environment.PORT) {
+    throw new ConfigError('METRICS_PORT must differ from PORT');
+  }
   if ((options.requireTokens ?? true) && apiTokens.length === 0) {
     throw new ConfigError(
       'API_TOKENS or API_TOKENS_FILE must provide at least one bearer token; the service does not start without one',
@@ -176,5 +219,13 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     writeBatchMax: environment.WRITE_BATCH_MAX,
     writeConcurrency: Math.min(environment.WRITE_CONCURRENCY, environment.DB_POOL_MAX),
     writeQueueMax: environment.WRITE_QUEUE_MAX,
+    authFailureLimit: environment.AUTH_FAILURE_LIMIT,
+    tokenRateLimit: environment.TOKEN_RATE_LIMIT,
+    rateLimitWindowMs: environment.RATE_LIMIT_WINDOW_MS,
+    trustProxy: parseTrustProxy(environment.TRUST_PROXY),
+    httpHeadersTimeoutMs: environment.HTTP_HEADERS_TIMEOUT_MS,
+    httpRequestTimeoutMs: environment.HTTP_REQUEST_TIMEOUT_MS,
+    httpKeepAliveTimeoutMs: environment.HTTP_KEEP_ALIVE_TIMEOUT_MS,
+    metricsPort: environment.METRICS_PORT,
   };
 }

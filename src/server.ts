@@ -4,6 +4,7 @@ import { type Config, ConfigError, loadConfig } from './config.js';
 import { type AppDatabase, openDatabase } from './db/client.js';
 import { isDatabaseUnavailable } from './db/errors.js';
 import { latestMigrationMillis, schemaStatus } from './db/migrate.js';
+import { createMetrics, startMetricsServer } from './http/metrics.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 
@@ -22,6 +23,7 @@ const logger = createLogger(config.logLevel);
 let database: AppDatabase | undefined;
 let repository: PlantRepository | undefined;
 let app: FastifyInstance | undefined;
+let metricsServer: FastifyInstance | undefined;
 let stopping = false;
 
 async function stop(signal: NodeJS.Signals): Promise<void> {
@@ -37,6 +39,7 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
   }, config.shutdownTimeoutMs).unref();
   try {
     await app?.close();
+    await metricsServer?.close();
     await repository?.drain();
     await database?.close();
   } catch (error) {
@@ -84,20 +87,29 @@ try {
     logger.info('database schema is up to date');
   }
   const latestMillis = latestMigrationMillis();
-  repository = createPlantRepository(db.db, {
+  const writes = createPlantRepository(db.db, {
     maxBatchSize: config.writeBatchMax,
     maxConcurrentBatches: config.writeConcurrency,
     maxQueued: config.writeQueueMax,
+    onBatch: (size) => metrics.observeBatch(size),
   });
+  const metrics = createMetrics({ pool: db.poolStats, writes: writes.stats });
+  repository = writes;
   app = await buildApp({
+    config,
     logger,
     repository,
     checkReadiness: () => schemaStatus(db.db, latestMillis),
-    tokens: config.apiTokens,
-    bodyLimit: config.bodyLimit,
-    jsonMaxDepth: config.jsonMaxDepth,
+    metrics,
   });
   if (!stopping) await app.listen({ port: config.port, host: config.host });
+  if (!stopping && config.metricsPort !== undefined) {
+    metricsServer = await startMetricsServer(metrics, {
+      port: config.metricsPort,
+      host: config.host,
+      logger,
+    });
+  }
 } catch (error) {
   logger.fatal({ err: error }, 'failed to start');
   await database?.close().catch(() => {});

@@ -12,6 +12,8 @@ export interface AppDatabase {
   description: string;
   /** Applies pending migrations; processes that race serialise, and the schema is applied once. */
   migrate(): Promise<void>;
+  /** The connection pool's state; the embedded engine has no pool. */
+  poolStats?: () => { total: number; idle: number; waiting: number };
   close(): Promise<void>;
 }
 

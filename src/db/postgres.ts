@@ -67,6 +67,7 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
     engine: 'postgres',
     description: `the PostgreSQL server at ${describeServer(options.url)}`,
     migrate: () => migratePostgres(options.url, options.connectTimeoutMs),
+    poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     close: () => {
       closing ??= pool.end();
       return closing;

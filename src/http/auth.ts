@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import rateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from './errors.js';
 
 /** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
@@ -61,14 +62,50 @@ function unauthorized(request: FastifyRequest): HttpError {
   });
 }
 
+function tooManyRequests(message: string, retryAfterSeconds: number): HttpError {
+  return new HttpError(429, message, { 'retry-after': String(Math.max(1, retryAfterSeconds)) });
+}
+
+export interface AuthLimits {
+  /** Failed authentications one client address may make per window; 0 means no limit. */
+  failuresPerAddress: number;
+  /** Requests one token may make per window; 0 means no limit. */
+  requestsPerToken: number;
+  windowMs: number;
+}
+
 /**
  * Requires a valid bearer token on every route of `scope`. The check runs in onRequest, before
  * the body is read, so an unauthenticated client cannot make the service parse anything.
+ *
+ * A client address that fails `failuresPerAddress` times within a window gets 429 for every
+ * request until the window passes, even with a valid token (else a 200 among the 429s would
+ * still tell a guesser that a token is right). An optional per-token limit caps clients that
+ * authenticate.
  */
 export async function requireBearerToken(
   scope: FastifyInstance,
   verifyToken: (token: string) => boolean,
+  limits: AuthLimits,
 ): Promise<void> {
+  await scope.register(rateLimit, { global: false });
+  const failures =
+    limits.failuresPerAddress > 0
+      ? scope.createRateLimit({
+          max: limits.failuresPerAddress,
+          timeWindow: limits.windowMs,
+          keyGenerator: (request) => request.ip,
+        })
+      : undefined;
+  const perToken =
+    limits.requestsPerToken > 0
+      ? scope.createRateLimit({
+          max: limits.requestsPerToken,
+          timeWindow: limits.windowMs,
+          keyGenerator: (request) => sha256(request.headers.authorization ?? '').toString('hex'),
+        })
+      : undefined;
+
   await scope.register(bearerAuth, {
     keys: [],
     // The plugin's own reading of the token is too lenient; read it from the header again.
@@ -81,14 +118,34 @@ export async function requireBearerToken(
     specCompliance: 'rfc6749',
     verifyErrorLogLevel: 'debug',
   });
-  const verify = scope.verifyBearerAuth;
-  if (!verify) throw new Error('@fastify/bearer-auth did not provide verifyBearerAuth');
-  scope.addHook('onRequest', (request, reply, done) => {
-    verify(request, reply, (error) => {
-      const rejected = (error as { statusCode?: number } | undefined)?.statusCode === 401;
+  const verifyBearerAuth = scope.verifyBearerAuth;
+  if (!verifyBearerAuth) throw new Error('@fastify/bearer-auth did not provide verifyBearerAuth');
+  const verify = (request: FastifyRequest, reply: FastifyReply) =>
+    new Promise<Error | undefined>((resolve) => verifyBearerAuth(request, reply, resolve));
+
+  scope.addHook('onRequest', async (request, reply) => {
+    if (failures) {
+      const state = await failures(request, { increment: false });
+      if (!state.isAllowed && state.remaining === 0) {
+        throw tooManyRequests(
+          'too many failed authentication attempts from this address; retry later',
+          state.ttlInSeconds,
+        );
+      }
+    }
+    const error = await verify(request, reply);
+    if ((error as { statusCode?: number } | undefined)?.statusCode === 401) {
       // The body was never read; closing spares the server from draining it.
-      if (rejected) reply.header('connection', 'close');
-      done(rejected ? unauthorized(request) : error);
-    });
+      reply.header('connection', 'close');
+      await failures?.(request);
+      throw unauthorized(request);
+    }
+    if (error) throw error;
+    if (perToken) {
+      const state = await perToken(request);
+      if (!state.isAllowed && state.isExceeded) {
+        throw tooManyRequests('too many requests for this token; retry later', state.ttlInSeconds);
+      }
+    }
   });
 }

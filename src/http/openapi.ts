@@ -28,7 +28,7 @@ function documentRequestIdHeader<T extends OpenApiDocument>(document: T): T {
  * validate requests), serves it at /openapi.json and an interactive reference at /docs.
  * Must be registered before the routes it documents.
  */
-export async function registerOpenApi(app: FastifyInstance): Promise<void> {
+export async function registerOpenApi(app: FastifyInstance, docsPrefix: string): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -60,5 +60,6 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  await app.register(swaggerUi, { routePrefix: '/docs' });
+  // staticCSP: the reference page gets a Content-Security-Policy that fits its own assets.
+  await app.register(swaggerUi, { routePrefix: docsPrefix, staticCSP: true });
 }

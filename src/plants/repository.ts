@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import {
   classifyDatabaseError,
+  isDatabaseUnavailable,
   isRowRejection,
   RowRejectedError,
   WriteQueueFullError,
@@ -22,6 +23,8 @@ export interface PlantRepository {
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
   /** Resolves when every create accepted so far has its answer. */
   drain(): Promise<void>;
+  /** Creates waiting for an INSERT, and INSERTs in flight. */
+  stats(): { queued: number; inFlight: number };
 }
 
 export interface BatchingOptions {
@@ -31,6 +34,8 @@ export interface BatchingOptions {
   maxConcurrentBatches: number;
   /** Creates that may wait for a batch; beyond them a create fails with WriteQueueFullError. */
   maxQueued: number;
+  /** Told the size of every batch sent. */
+  onBatch?: (size: number) => void;
 }
 
 /** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
@@ -52,6 +57,7 @@ type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejecte
  * queue, and each INSERT takes everything queued (up to maxBatchSize) as one multi-row
  * statement, so one round trip and one commit serve many requests. An idle service sends a
  * create at once: the queue is flushed on the next turn of the event loop, not after a delay.
+ * When a batch finds the database unavailable, the creates queued behind it fail with it.
  */
 export function createPlantRepository(db: Database, options: BatchingOptions): PlantRepository {
   type Pending = {
@@ -126,8 +132,9 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
     } catch (error) {
       if (!isRowRejection(error)) throw error;
       const [only] = rows;
-      if (rows.length === 1 && only)
+      if (rows.length === 1 && only) {
         return new Map([[only.id, { rejected: new RowRejectedError(error) }]]);
+      }
       // Halve until the refused rows stand alone: the others are stored in a few statements.
       const half = Math.ceil(rows.length / 2);
       const first = await store(rows.slice(0, half));
@@ -150,8 +157,9 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
         else if (!outcomes.has(row.id)) vanished.push(row);
       }
       // Deleted between the two statements: store them afresh.
-      if (vanished.length > 0)
+      if (vanished.length > 0) {
         for (const [id, outcome] of await store(vanished)) outcomes.set(id, outcome);
+      }
     }
     return outcomes;
   }
@@ -165,6 +173,14 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       outcomes = await store([...offered.values()]);
     } catch (error) {
       for (const pending of batch) pending.reject(error);
+      if (isDatabaseUnavailable(error)) {
+        // The creates still queued were never sent, so failing them is safe; sending them would
+        // make each wait out another connect or statement timeout to learn the same thing, and
+        // answer after twice the time the timeouts promise (e.g. while the network is silent).
+        const waiting = queue;
+        queue = [];
+        for (const pending of waiting) pending.reject(error);
+      }
       return;
     }
     for (const { plant, resolve, reject } of batch) {
@@ -189,6 +205,7 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
         queue.length <= options.maxBatchSize ? queue : queue.slice(0, options.maxBatchSize);
       queue = batch === queue ? [] : queue.slice(batch.length);
       inFlight++;
+      options.onBatch?.(batch.length);
       runBatch(batch).finally(() => {
         inFlight--;
         scheduleFlush();
@@ -219,5 +236,6 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       if (inFlight === 0 && queue.length === 0) return Promise.resolve();
       return new Promise<void>((resolve) => drained.push(resolve));
     },
+    stats: () => ({ queued: queue.length, inFlight }),
   };
 }

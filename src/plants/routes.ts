@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { requireBearerToken } from '../http/auth.js';
+import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import { refTo } from '../http/validation.js';
 import type { PlantRepository } from './repository.js';
@@ -14,13 +14,14 @@ const retryAfter = {
 export interface PlantRoutesOptions {
   repository: PlantRepository;
   verifyToken: (token: string) => boolean;
+  limits: AuthLimits;
 }
 
 export async function plantRoutes(
   app: FastifyInstance,
-  { repository, verifyToken }: PlantRoutesOptions,
+  { repository, verifyToken, limits }: PlantRoutesOptions,
 ): Promise<void> {
-  await requireBearerToken(app, verifyToken);
+  await requireBearerToken(app, verifyToken, limits);
 
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/plants',
@@ -39,12 +40,20 @@ export async function plantRoutes(
           401: errorResponse('The bearer token is missing or not valid', {
             'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
           }),
+          408: errorResponse('The request did not arrive within the time limit'),
           409: errorResponse('A plant with this id exists with a different name or tag'),
           413: errorResponse('The body is larger than the limit'),
           415: errorResponse('The content type is not application/json'),
-          429: errorResponse('Too many requests', retryAfter),
+          429: errorResponse(
+            'Too many failed authentications from this address, or requests for this token',
+            retryAfter,
+          ),
+          431: errorResponse('The request headers are too large'),
           500: errorResponse('An unexpected fault'),
-          503: errorResponse('The database is unavailable or timed out', retryAfter),
+          503: errorResponse(
+            'The database is unavailable or timed out, or too many creates are waiting for it',
+            retryAfter,
+          ),
         },
       },
     },

@@ -1,11 +1,17 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { buildApp } from '../../src/app.js';
+import { type AppConfig, buildApp } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
 import type { AppDatabase } from '../../src/db/client.js';
 import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/postgres.js';
+import { createMetrics, type Metrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/logger.js';
-import { createPlantRepository, type PlantRepository } from '../../src/plants/repository.js';
+import {
+  type BatchingOptions,
+  createPlantRepository,
+  type PlantRepository,
+} from '../../src/plants/repository.js';
 import { createScratchDatabase, type ScratchDatabase } from './database.js';
 
 /** A token configured as itself. */
@@ -22,13 +28,15 @@ export interface TestApp {
   database: ScratchDatabase;
   /** The app's handle on the database. */
   appDatabase: AppDatabase;
+  metrics: Metrics;
   /** Every log line the app wrote, as JSON text. */
   logs: string[];
   close(): Promise<void>;
 }
 
 export interface TestAppOptions {
-  bodyLimit?: number;
+  /** Settings that differ from the production defaults. */
+  config?: Partial<AppConfig>;
   /** Apply the migrations to the scratch database first (the default). */
   migrated?: boolean;
   /** A server to use instead of the scratch database (e.g. an unreachable one). */
@@ -36,8 +44,15 @@ export interface TestAppOptions {
   repository?: (database: AppDatabase) => PlantRepository;
 }
 
-/** The production defaults of WRITE_BATCH_MAX, WRITE_CONCURRENCY and WRITE_QUEUE_MAX. */
-export const batching = { maxBatchSize: 500, maxConcurrentBatches: 4, maxQueued: 10_000 };
+/** The configuration of a service given only its tokens: the production defaults. */
+export const defaultConfig = loadConfig({ API_TOKENS: TOKEN_ENTRIES.join(',') });
+
+/** The write path as WRITE_BATCH_MAX, WRITE_CONCURRENCY and WRITE_QUEUE_MAX default it. */
+export const batching: BatchingOptions = {
+  maxBatchSize: defaultConfig.writeBatchMax,
+  maxConcurrentBatches: defaultConfig.writeConcurrency,
+  maxQueued: defaultConfig.writeQueueMax,
+};
 
 /** The app wired as in production, on a fresh database of its own. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
@@ -53,18 +68,29 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     : database.open();
   const logs: string[] = [];
   const latestMillis = latestMigrationMillis();
+  let repository: PlantRepository | undefined;
+  const metrics = createMetrics({
+    pool: appDatabase.poolStats,
+    writes: () => repository?.stats() ?? { queued: 0, inFlight: 0 },
+  });
+  repository = options.repository
+    ? options.repository(appDatabase)
+    : createPlantRepository(appDatabase.db, {
+        ...batching,
+        onBatch: (size) => metrics.observeBatch(size),
+      });
   const app = await buildApp({
+    config: { ...defaultConfig, ...options.config },
     logger: createLogger('info', { write: (line: string) => logs.push(line) }),
-    repository: (options.repository ?? ((d) => createPlantRepository(d.db, batching)))(appDatabase),
+    repository,
     checkReadiness: () => schemaStatus(appDatabase.db, latestMillis),
-    tokens: TOKEN_ENTRIES,
-    bodyLimit: options.bodyLimit ?? 65536,
-    jsonMaxDepth: 32,
+    metrics,
   });
   return {
     app,
     database,
     appDatabase,
+    metrics,
     logs,
     async close() {
       await app.close();

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 export const projectRoot = fileURLToPath(new URL('../../', import.meta.url));
@@ -17,6 +18,12 @@ export interface RunOptions {
   /** Working directory; the project root unless given. */
   cwd?: string;
 }
+
+// Children still running when this process exits (a run that is interrupted) die with it.
+const children = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL');
+});
 
 /** Starts `command` in the project root (or `cwd`) with exactly `env` (plus PATH). */
 export function run(
@@ -42,7 +49,11 @@ export function run(
   };
   child.stdout?.on('data', collect(stdout));
   child.stderr?.on('data', collect(stderr));
-  const exited = once(child, 'exit').then(([code, signal]) => (code ?? signal) as number | string);
+  children.add(child);
+  const exited = once(child, 'exit').then(([code, signal]) => {
+    children.delete(child);
+    return (code ?? signal) as number | string;
+  });
   return { child, stdout, stderr, exited };
 }
 
@@ -51,16 +62,18 @@ export interface RunningServer extends RunningProcess {
 }
 
 export interface StartServerOptions extends RunOptions {
-  /** Node's arguments; `dist/server.js` unless given. */
+  /** The program; this Node.js unless given. */
+  command?: string;
+  /** Its arguments; `dist/server.js` unless given. */
   args?: string[];
 }
 
 /** Starts `node dist/server.js` and resolves once it listens (or rejects if it exits first). */
 export async function startServer(
   env: Record<string, string>,
-  { args = ['dist/server.js'], ...options }: StartServerOptions = {},
+  { command = process.execPath, args = ['dist/server.js'], ...options }: StartServerOptions = {},
 ): Promise<RunningServer> {
-  const server = run(process.execPath, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
+  const server = run(command, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
   const deadline = Date.now() + 60_000;
   let exitCode: number | string | undefined;
   server.exited.then((code) => {
@@ -80,4 +93,44 @@ export async function startServer(
   }
   server.child.kill('SIGKILL');
   throw new Error(`server did not start: ${server.stdout.join('\n')}`);
+}
+
+/**
+ * A TCP port on 127.0.0.1 that nothing listens on right now, for a process that must keep its
+ * address across restarts (PORT=0 would give every start a new one).
+ */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  await once(server, 'close');
+  if (address === null || typeof address === 'string') throw new Error('no TCP address');
+  return address.port;
+}
+
+/** Polls GET /readyz until it answers 200; rejects with the last answer after `withinMs`. */
+export async function waitUntilReady(baseUrl: string, withinMs: number): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  let last = 'no answer yet';
+  while (Date.now() < deadline) {
+    try {
+      const response = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(5000) });
+      if (response.status === 200) return;
+      last = `${response.status} ${await response.text()}`;
+    } catch (error) {
+      last = String(error);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${baseUrl}/readyz did not answer 200 within ${withinMs} ms; last: ${last}`);
+}
+
+/** Kills the process unless it has exited already; for `finally` blocks. */
+export async function killIfRunning(running: RunningProcess): Promise<void> {
+  if (running.child.exitCode === null && running.child.signalCode === null) {
+    running.child.kill('SIGKILL');
+  }
+  await running.exited;
 }

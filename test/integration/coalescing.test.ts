@@ -1,6 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AppDatabase } from '../../src/db/client.js';
-import { RowRejectedError, WriteQueueFullError } from '../../src/db/errors.js';
+import {
+  DatabaseUnavailableError,
+  RowRejectedError,
+  WriteQueueFullError,
+} from '../../src/db/errors.js';
 import {
   type BatchingOptions,
   type CreatePlantResult,
@@ -12,6 +16,7 @@ import {
   createScratchDatabase,
   holdPlantsTable,
   type ScratchDatabase,
+  testEngine,
 } from '../helpers/database.js';
 
 let database: ScratchDatabase;
@@ -153,6 +158,41 @@ describe('the queue', () => {
     expect(answers.map((result) => result.outcome)).toStrictEqual(Array(6).fill('created'));
     expect(await storedPlant(database, 310)).toBeUndefined();
   });
+
+  // The embedded engine runs one statement at a time in this process: nothing there times out
+  // while another connection holds a lock.
+  it.runIf(testEngine() === 'postgres')(
+    'answers the creates queued behind a batch that found the database unavailable, without sending them',
+    async () => {
+      // Statements time out after 300 ms: the database counts as unavailable.
+      const impatient = database.open({ statementTimeoutMs: 300 });
+      const repository = createPlantRepository(impatient.db, {
+        maxBatchSize: 10,
+        maxConcurrentBatches: 1,
+        maxQueued: 10,
+      });
+      let release: (() => Promise<void>) | undefined = await holdPlantsTable(database);
+      try {
+        // Settled at once: both fail together, before the test looks at the second one.
+        const settle = (plant: NewPlant) =>
+          repository.createPlant(plant).catch((error: unknown) => error);
+        const inFlight = settle({ id: 350n, name: 'in flight' });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        const queued = settle({ id: 351n, name: 'queued' });
+        expect(await inFlight).toBeInstanceOf(DatabaseUnavailableError);
+        // The database would take the queued create now; it must have had its answer already.
+        await release();
+        release = undefined;
+        expect(await queued).toBeInstanceOf(DatabaseUnavailableError);
+        await repository.drain();
+      } finally {
+        await release?.();
+        await impatient.close();
+      }
+      expect(await storedPlant(database, 350)).toBeUndefined();
+      expect(await storedPlant(database, 351)).toBeUndefined();
+    },
+  );
 
   it('drains: every create accepted before drain() has its answer when drain() resolves', async () => {
     const repository = createPlantRepository(appDatabase.db, {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -71,6 +71,25 @@ describe('the service without DATABASE_URL', () => {
     } finally {
       first.child.kill('SIGTERM');
       await first.exited;
+    }
+  });
+
+  it('starts with `npm start` alone, and stops cleanly when npm gets SIGTERM', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'plant-store-npm-start-'));
+    try {
+      const server = await startServer(
+        { API_TOKENS: TOKEN, DATA_DIR: otherDir, HOME: process.env.HOME ?? '' },
+        { command: 'npm', args: ['start'] },
+      );
+      expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
+      expect((await post(server.baseUrl, '{"id":1,"name":"npm"}')).status).toBe(200);
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+      // The service itself got the signal: it shut down and released its data directory.
+      expect(server.stdout.some((line) => line.includes('"msg":"stopped"'))).toBe(true);
+      expect(existsSync(join(otherDir, 'plant-store.lock'))).toBe(false);
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
     }
   });
 

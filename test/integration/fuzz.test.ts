@@ -28,6 +28,7 @@ import {
 import {
   decodeUtf8,
   isAuthorized,
+  JSON_MAX_DEPTH,
   judgeBody,
   judgeContentType,
   type PlantRow,
@@ -70,7 +71,7 @@ const SELECT_ROWS = `select id::text as id,
 let readRows: (ids?: bigint[]) => Promise<Map<bigint, StoredPlant>>;
 
 beforeAll(async () => {
-  t = await startTestApp({ bodyLimit: BODY_LIMIT });
+  t = await startTestApp({ config: { bodyLimit: BODY_LIMIT, jsonMaxDepth: JSON_MAX_DEPTH } });
   type Row = { id: string; name: string; tag: string | null };
   let query: (text: string, values: unknown[]) => Promise<Row[]>;
   if (t.database.url) {

@@ -4,7 +4,7 @@ import { postPlant, startTestApp, storedPlant, type TestApp } from '../helpers/a
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ bodyLimit: 1024 });
+  t = await startTestApp({ config: { bodyLimit: 1024 } });
 });
 afterAll(() => t.close());
 

@@ -58,17 +58,19 @@ describe('GET /openapi.json', () => {
       '200',
       '400',
       '401',
+      '408',
       '409',
       '413',
       '415',
       '429',
+      '431',
       '500',
       '503',
     ]);
     expect(responses['200'].content['application/json'].schema).toStrictEqual({
       $ref: '#/components/schemas/Plant',
     });
-    for (const status of ['400', '401', '409', '413', '415', '429', '500', '503']) {
+    for (const status of ['400', '401', '408', '409', '413', '415', '429', '431', '500', '503']) {
       expect(responses[status].content['application/json'].schema).toStrictEqual({
         $ref: '#/components/schemas/Error',
       });
@@ -76,6 +78,7 @@ describe('GET /openapi.json', () => {
     }
     expect(responses['401'].headers['www-authenticate']).toBeDefined();
     expect(responses['503'].headers['retry-after']).toBeDefined();
+    expect(responses['429'].headers['retry-after']).toBeDefined();
   });
 
   it('documents the probes as open to everyone', () => {

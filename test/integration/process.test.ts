@@ -97,6 +97,24 @@ describe('the service process', () => {
     expect(server.stdout.some((line) => line.includes('"stopped"'))).toBe(true);
   });
 
+  it('serves /metrics on METRICS_PORT only, when it is set', async () => {
+    const metricsPort = String(20_000 + Math.floor(Math.random() * 20_000));
+    const server = await startServer({
+      DATABASE_URL: serverUrlOf(database),
+      API_TOKENS: tokens,
+      METRICS_PORT: metricsPort,
+    });
+    try {
+      expect((await fetch(`${server.baseUrl}/metrics`)).status).toBe(404);
+      const metrics = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      expect(metrics.status).toBe(200);
+      expect(await metrics.text()).toContain('http_requests_total');
+    } finally {
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+    }
+  });
+
   it('serves on an unmigrated database only after `db:migrate` when MIGRATE_ON_START is off', async () => {
     const fresh = await createScratchDatabase({ migrated: false });
     const server = await startServer({

@@ -26,6 +26,14 @@ describe('loadConfig', () => {
       writeBatchMax: 500,
       writeConcurrency: 4,
       writeQueueMax: 10000,
+      authFailureLimit: 30,
+      tokenRateLimit: 0,
+      rateLimitWindowMs: 60000,
+      trustProxy: false,
+      httpHeadersTimeoutMs: 10000,
+      httpRequestTimeoutMs: 30000,
+      httpKeepAliveTimeoutMs: 72000,
+      metricsPort: undefined,
     });
   });
 
@@ -76,6 +84,36 @@ describe('loadConfig', () => {
   ])('rejects %s=%j with a message that names it', (name, value, message) => {
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(message);
+  });
+
+  it('caps WRITE_CONCURRENCY at DB_POOL_MAX', () => {
+    expect(loadConfig({ ...base, DB_POOL_MAX: '2', WRITE_CONCURRENCY: '8' }).writeConcurrency).toBe(
+      2,
+    );
+  });
+
+  it.each([
+    ['true', true],
+    ['false', false],
+    ['10.0.0.1', ['10.0.0.1']],
+    ['10.0.0.0/8, 192.168.1.1,::1,fd00::/8', ['10.0.0.0/8', '192.168.1.1', '::1', 'fd00::/8']],
+  ])('reads TRUST_PROXY=%j', (value, expected) => {
+    expect(loadConfig({ ...base, TRUST_PROXY: value }).trustProxy).toStrictEqual(expected);
+  });
+
+  it.each(['2', 'yes', '10.0.0.0/33', 'proxy.example', '10.0.0.1/8/1'])(
+    'rejects TRUST_PROXY=%j with a message that names it',
+    (value) => {
+      expect(() => loadConfig({ ...base, TRUST_PROXY: value })).toThrow(
+        'TRUST_PROXY must be true, false, or a comma-separated list of proxy addresses (CIDR allowed)',
+      );
+    },
+  );
+
+  it('refuses METRICS_PORT equal to PORT', () => {
+    expect(() => loadConfig({ ...base, PORT: '9000', METRICS_PORT: '9000' })).toThrow(
+      'METRICS_PORT must differ from PORT',
+    );
   });
 
   it('refuses to start without a token', () => {

@@ -45,7 +45,10 @@ describe('parseJsonWithInt64', () => {
   });
 
   it('parses arbitrary JSON without numbers exactly as JSON.parse does', () => {
-    const numberless = fc.jsonValue().filter((value) => !JSON.stringify(value).match(/[0-9]/));
+    // Without numbers (compared below) and the keys the parser refuses on purpose.
+    const numberless = fc
+      .jsonValue()
+      .filter((value) => !/[0-9]|"__proto__"|"prototype"/.test(JSON.stringify(value)));
     fc.assert(
       fc.property(numberless, (value) => {
         const text = JSON.stringify(value);

@@ -1,0 +1,135 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { errorHandler, notFoundHandler } from './errors.js';
+
+/** Live figures the metrics read when scraped. */
+export interface MetricsSources {
+  /** The server pool's connections; absent on the embedded engine, which has no pool. */
+  pool?: () => { total: number; idle: number; waiting: number };
+  /** The write path: creates waiting for an INSERT, and INSERTs in flight. */
+  writes?: () => { queued: number; inFlight: number };
+}
+
+export interface Metrics {
+  registry: Registry;
+  /** Counts one answered request and its duration. */
+  observeRequest(method: string, route: string, status: number, seconds: number): void;
+  /** Counts one INSERT of the write path and the creates it carried. */
+  observeBatch(size: number): void;
+}
+
+const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const batchBuckets = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+
+/** Prometheus metrics of the service, on a registry of its own (tests build many apps). */
+export function createMetrics(sources: MetricsSources = {}): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const labelNames = ['method', 'route', 'status_code'] as const;
+  const requests = new Counter({
+    name: 'http_requests_total',
+    help: 'HTTP requests answered, by method, route and status',
+    labelNames,
+    registers: [registry],
+  });
+  const durations = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'Time from receiving a request to sending its answer, by method, route and status',
+    labelNames,
+    buckets: durationBuckets,
+    registers: [registry],
+  });
+  const batches = new Histogram({
+    name: 'plant_store_write_batch_size',
+    help: 'Creates carried by each INSERT of the write path',
+    buckets: batchBuckets,
+    registers: [registry],
+  });
+  if (sources.pool) {
+    const pool = sources.pool;
+    new Gauge({
+      name: 'plant_store_db_pool_connections',
+      help: 'Database pool connections by state (in_use, idle)',
+      labelNames: ['state'],
+      registers: [registry],
+      collect() {
+        const { total, idle } = pool();
+        this.set({ state: 'in_use' }, total - idle);
+        this.set({ state: 'idle' }, idle);
+      },
+    });
+    new Gauge({
+      name: 'plant_store_db_pool_waiting',
+      help: 'Queries waiting for a free database pool connection',
+      registers: [registry],
+      collect() {
+        this.set(pool().waiting);
+      },
+    });
+  }
+  if (sources.writes) {
+    const writes = sources.writes;
+    new Gauge({
+      name: 'plant_store_write_queue',
+      help: 'Creates waiting for an INSERT (queued) and INSERTs in flight (in_flight)',
+      labelNames: ['state'],
+      registers: [registry],
+      collect() {
+        const { queued, inFlight } = writes();
+        this.set({ state: 'queued' }, queued);
+        this.set({ state: 'in_flight' }, inFlight);
+      },
+    });
+  }
+
+  // Label lookups cost more than the increments: keep one child per label set.
+  type Child = { count: Counter.Internal; duration: Histogram.Internal<string> };
+  const children = new Map<string, Child>();
+  return {
+    registry,
+    observeRequest(method, route, status, seconds) {
+      const key = `${method} ${status} ${route}`;
+      let child = children.get(key);
+      if (!child) {
+        const labels = { method, route, status_code: status };
+        child = { count: requests.labels(labels), duration: durations.labels(labels) };
+        children.set(key, child);
+      }
+      child.count.inc();
+      child.duration.observe(seconds);
+    },
+    observeBatch(size) {
+      batches.observe(size);
+    },
+  };
+}
+
+/** Counts every answered request; routes without a match count as one label, not per URL. */
+export function registerRequestMetrics(app: FastifyInstance, metrics: Metrics): void {
+  app.addHook('onResponse', (request, reply, done) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    metrics.observeRequest(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    done();
+  });
+}
+
+/** GET /metrics in Prometheus' text format, without authentication. */
+export async function metricsRoute(app: FastifyInstance, { metrics }: { metrics: Metrics }) {
+  app.get('/metrics', { schema: { hide: true } }, async (_request, reply) => {
+    reply.header('content-type', metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+}
+
+/** A server of its own for /metrics (METRICS_PORT), so the main port need not expose it. */
+export async function startMetricsServer(
+  metrics: Metrics,
+  { port, host, logger }: { port: number; host: string; logger: FastifyBaseLogger },
+): Promise<FastifyInstance> {
+  const server = Fastify({ loggerInstance: logger, disableRequestLogging: true });
+  server.setErrorHandler(errorHandler);
+  server.setNotFoundHandler(notFoundHandler);
+  await server.register(metricsRoute, { metrics });
+  await server.listen({ port, host });
+  return server;
+}

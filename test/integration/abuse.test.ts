@@ -1,0 +1,200 @@
+import { type AddressInfo, connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { postPlant, startTestApp, storedPlant, type TestApp, TOKEN } from '../helpers/app.js';
+
+const from = (remoteAddress: string) => ({ remoteAddress });
+
+describe('failed authentication is throttled per client address', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ config: { authFailureLimit: 3, rateLimitWindowMs: 60_000 } });
+  });
+  afterAll(() => t.close());
+
+  const attempt = (address: string, authorization?: string, id = 1) =>
+    t.app.inject({
+      method: 'POST',
+      url: '/plants',
+      ...from(address),
+      headers: { 'content-type': 'application/json', ...(authorization && { authorization }) },
+      payload: JSON.stringify({ id, name: 'guess' }),
+    });
+
+  it('answers 401 up to the limit, then 429 with Retry-After in the Error shape', async () => {
+    const statuses = [];
+    for (let i = 0; i < 4; i++)
+      statuses.push((await attempt('10.0.0.1', `Bearer guess-${i}`)).statusCode);
+    expect(statuses).toStrictEqual([401, 401, 401, 429]);
+    const blocked = await attempt('10.0.0.1', 'Bearer guess-5');
+    expect(blocked.statusCode).toBe(429);
+    expect(Number(blocked.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(Number(blocked.headers['retry-after'])).toBeLessThanOrEqual(60);
+    expect(blocked.json()).toStrictEqual({
+      error: 429,
+      message: 'too many failed authentication attempts from this address; retry later',
+    });
+  });
+
+  it('keeps a blocked address out even with a valid token, so a guess cannot be confirmed', async () => {
+    for (let i = 0; i < 3; i++) await attempt('10.0.0.2');
+    const response = await attempt('10.0.0.2', `Bearer ${TOKEN}`, 77);
+    expect(response.statusCode).toBe(429);
+    expect(await storedPlant(t.database, 77)).toBeUndefined();
+  });
+
+  it('leaves other addresses alone', async () => {
+    for (let i = 0; i < 3; i++) await attempt('10.0.0.3');
+    expect((await attempt('10.0.0.4', 'Bearer nope')).statusCode).toBe(401);
+    expect((await attempt('10.0.0.5', `Bearer ${TOKEN}`, 78)).statusCode).toBe(200);
+  });
+
+  it('does not count successful requests', async () => {
+    for (let i = 0; i < 10; i++) {
+      expect((await attempt('10.0.0.6', `Bearer ${TOKEN}`, 100 + i)).statusCode).toBe(200);
+    }
+    expect((await attempt('10.0.0.6', 'Bearer nope')).statusCode).toBe(401);
+  });
+});
+
+describe('behind a trusted proxy', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ config: { authFailureLimit: 2, trustProxy: ['127.0.0.1'] } });
+  });
+  afterAll(() => t.close());
+
+  it('counts failures per X-Forwarded-For client, not per proxy', async () => {
+    const attempt = (client: string, remoteAddress = '127.0.0.1') =>
+      t.app.inject({
+        method: 'POST',
+        url: '/plants',
+        remoteAddress,
+        headers: { 'x-forwarded-for': client, authorization: 'Bearer nope' },
+      });
+    expect((await attempt('203.0.113.1')).statusCode).toBe(401);
+    expect((await attempt('203.0.113.1')).statusCode).toBe(401);
+    expect((await attempt('203.0.113.1')).statusCode).toBe(429);
+    expect((await attempt('203.0.113.2')).statusCode).toBe(401);
+    // An untrusted peer cannot choose its address with the header.
+    expect((await attempt('203.0.113.9', '198.51.100.7')).statusCode).toBe(401);
+    expect((await attempt('203.0.113.9', '198.51.100.7')).statusCode).toBe(401);
+    expect((await attempt('203.0.113.10', '198.51.100.7')).statusCode).toBe(429);
+  });
+});
+
+describe('authenticated traffic', () => {
+  it('is not throttled by default', async () => {
+    const t = await startTestApp();
+    try {
+      const responses = await Promise.all(
+        Array.from({ length: 200 }, (_, i) => postPlant(t.app, { id: i, name: 'many' })),
+      );
+      expect(new Set(responses.map((r) => r.statusCode))).toStrictEqual(new Set([200]));
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('is throttled per token when TOKEN_RATE_LIMIT is set', async () => {
+    const t = await startTestApp({ config: { tokenRateLimit: 5 } });
+    try {
+      const statuses = [];
+      for (let i = 0; i < 7; i++)
+        statuses.push((await postPlant(t.app, { id: i, name: 'x' })).statusCode);
+      expect(statuses).toStrictEqual([200, 200, 200, 200, 200, 429, 429]);
+      const limited = await postPlant(t.app, { id: 99, name: 'x' });
+      expect(limited.headers['retry-after']).toBeDefined();
+      expect(limited.json()).toStrictEqual({
+        error: 429,
+        message: 'too many requests for this token; retry later',
+      });
+      expect(await storedPlant(t.database, 99)).toBeUndefined();
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('security headers', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.close());
+
+  it.each([
+    ['a 200', () => postPlant(t.app, { id: 1, name: 'x' })],
+    ['a 400', () => postPlant(t.app, '{')],
+    ['a 401', () => postPlant(t.app, { id: 2, name: 'x' }, { authorization: undefined })],
+    ['a 404', () => t.app.inject({ method: 'GET', url: '/nowhere' })],
+    ['the probes', () => t.app.inject({ method: 'GET', url: '/healthz' })],
+    ['the OpenAPI document', () => t.app.inject({ method: 'GET', url: '/openapi.json' })],
+  ])('forbid sniffing, framing, caching and scripts on %s', async (_, send) => {
+    const { headers } = await send();
+    expect(headers).toMatchObject({
+      'x-content-type-options': 'nosniff',
+      'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+      'x-frame-options': 'DENY',
+      'referrer-policy': 'no-referrer',
+      'cache-control': 'no-store',
+    });
+  });
+
+  it('leave the interactive reference its own Content-Security-Policy', async () => {
+    const { headers } = await t.app.inject({ method: 'GET', url: '/docs' });
+    expect(headers['x-content-type-options']).toBe('nosniff');
+    expect(headers['content-security-policy']).toMatch(/script-src 'self'/);
+  });
+});
+
+describe('server timeouts', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ config: { httpHeadersTimeoutMs: 1000, httpRequestTimeoutMs: 2000 } });
+    await t.app.listen({ port: 0, host: '127.0.0.1' });
+  });
+  afterAll(() => t.close());
+
+  async function trickle(
+    parts: string[],
+    everyMs: number,
+  ): Promise<{ answer: string; ms: number }> {
+    const { port } = t.app.server.address() as AddressInfo;
+    const started = Date.now();
+    const socket = connect(port, '127.0.0.1');
+    const timer = setInterval(() => {
+      const part = parts.shift();
+      if (part !== undefined && socket.writable) socket.write(part);
+    }, everyMs);
+    let answer = '';
+    try {
+      for await (const chunk of socket) answer += chunk;
+    } catch {
+      // The server may reset the connection after answering.
+    } finally {
+      clearInterval(timer);
+    }
+    return { answer, ms: Date.now() - started };
+  }
+
+  it('answer 408 and close when the headers do not arrive in time', async () => {
+    const { answer, ms } = await trickle(
+      ['POST /plants HTTP/1.1\r\n', ...Array(50).fill('X-Slow: 1\r\n')],
+      200,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer.split('\r\n\r\n')[1]).toBe(
+      '{"error":408,"message":"the request took too long to arrive"}',
+    );
+    expect(ms).toBeLessThan(5000);
+  });
+
+  it('answer 408 and close when the body does not arrive in time', async () => {
+    const head =
+      'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      `Authorization: Bearer ${TOKEN}\r\nContent-Length: 100\r\n\r\n`;
+    const { answer, ms } = await trickle([head, ...Array(50).fill(' ')], 200);
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(ms).toBeLessThan(6000);
+  });
+});
