@@ -102,7 +102,9 @@ export async function requireBearerToken(
       ? scope.createRateLimit({
           max: limits.requestsPerToken,
           timeWindow: limits.windowMs,
-          keyGenerator: (request) => sha256(request.headers.authorization ?? '').toString('hex'),
+          // The token itself, not the header: 'bearer  <token>' is the same client.
+          keyGenerator: (request) =>
+            sha256(bearerTokenOf(request.headers.authorization) ?? '').toString('hex'),
         })
       : undefined;
 

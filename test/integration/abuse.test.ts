@@ -115,6 +115,31 @@ describe('authenticated traffic', () => {
   });
 });
 
+describe('the per-token limit', () => {
+  it('counts a token once, however the header spells the scheme word and the spaces', async () => {
+    const t = await startTestApp({ config: { tokenRateLimit: 5 } });
+    try {
+      const spellings = [
+        'Bearer',
+        'bearer',
+        'BEARER',
+        'Bearer ',
+        'Bearer  ',
+        'bEaReR',
+        'Bearer   ',
+      ];
+      const statuses = [];
+      for (const [i, scheme] of spellings.entries()) {
+        const authorization = `${scheme} ${TOKEN}`;
+        statuses.push((await postPlant(t.app, { id: i, name: 'x' }, { authorization })).statusCode);
+      }
+      expect(statuses).toStrictEqual([200, 200, 200, 200, 200, 429, 429]);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('security headers', () => {
   let t: TestApp;
   beforeAll(async () => {
