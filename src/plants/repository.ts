@@ -125,7 +125,7 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
   }
 
   /** Stores rows with distinct ids; a row the database refuses leaves the others unharmed. */
-  async function store(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
+  async function store(rows: NewPlant[], attempt = 1): Promise<Map<bigint, StoreOutcome>> {
     let inserted: Set<bigint>;
     try {
       inserted = await insertNew(rows);
@@ -137,8 +137,8 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       }
       // Halve until the refused rows stand alone: the others are stored in a few statements.
       const half = Math.ceil(rows.length / 2);
-      const first = await store(rows.slice(0, half));
-      const second = await store(rows.slice(half));
+      const first = await store(rows.slice(0, half), attempt);
+      const second = await store(rows.slice(half), attempt);
       return new Map([...first, ...second]);
     }
     const outcomes = new Map<bigint, StoreOutcome>();
@@ -158,7 +158,9 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       }
       // Deleted between the two statements: store them afresh.
       if (vanished.length > 0) {
-        for (const [id, outcome] of await store(vanished)) outcomes.set(id, outcome);
+        // Only a concurrent delete makes a row vanish; one that keeps doing so is a fault.
+        if (attempt >= 3) throw new Error(`plants vanished ${attempt} times while being stored`);
+        for (const [id, outcome] of await store(vanished, attempt + 1)) outcomes.set(id, outcome);
       }
     }
     return outcomes;
