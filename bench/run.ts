@@ -16,6 +16,7 @@ import { join, relative } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { chartSvg } from './chart.js';
+import { cleanUpOnExit } from './cleanup.js';
 import { commandLine, gitRevision, packageVersion } from './facts.js';
 import { runHttpLoad } from './http-load.js';
 import {
@@ -32,13 +33,11 @@ import { pgbenchVersion, runPgbench } from './pgbench.js';
 import {
   type Child,
   describeExit,
-  killAllChildren,
   readMachineCpuSeconds,
   readProcessCpuSeconds,
   runToCompletion,
   sampleResidentMemory,
   spawnChild,
-  stopAllChildren,
   stopChild,
   tailOf,
   waitForListening,
@@ -67,54 +66,7 @@ class StartError extends Error {
 }
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
-const abort = new AbortController();
-
-// ---- cleaning up, whatever way the run ends ----
-
-let adminUrl: string | undefined;
-let benchDatabase: string | undefined;
-let workFolder: string | undefined;
-let cleaning: Promise<void> | undefined;
-
-function cleanUp(): Promise<void> {
-  cleaning ??= (async () => {
-    await stopAllChildren();
-    if (adminUrl && benchDatabase) {
-      const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
-      try {
-        await client.connect();
-        await client.query(`drop database if exists ${benchDatabase} with (force)`);
-        say(`dropped database ${benchDatabase}`);
-      } catch (error) {
-        process.stderr.write(
-          `bench: could not drop database ${benchDatabase}: ${(error as Error).message}\n`,
-        );
-      } finally {
-        await client.end().catch(() => {});
-      }
-    }
-    if (workFolder) rmSync(workFolder, { recursive: true, force: true });
-  })();
-  return cleaning;
-}
-
-let interrupted = false;
-function onSignal(signal: NodeJS.Signals): void {
-  if (interrupted) {
-    // A second Ctrl-C: do not wait for anything.
-    killAllChildren();
-    process.exit(130);
-  }
-  interrupted = true;
-  process.stderr.write(`\nbench: ${signal}: stopping the targets and dropping the database\n`);
-  abort.abort();
-  cleanUp().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
-}
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, onSignal);
-process.on('uncaughtException', (error) => {
-  process.stderr.write(`bench: ${error.stack ?? error}\n`);
-  cleanUp().finally(() => process.exit(1));
-});
+const { scratch, abort, cleanUp } = cleanUpOnExit('bench', say);
 
 // ---- the targets ----
 
@@ -364,9 +316,12 @@ async function runPgbenchTarget(session: Session, connections: number): Promise<
 async function benchmark(options: BenchOptions): Promise<number> {
   const startedAt = new Date();
   const loadAtStart = loadavg();
-  adminUrl = options.databaseUrl;
-  benchDatabase = `plant_store_bench_${randomBytes(4).toString('hex')}`;
-  workFolder = mkdtempSync(join(tmpdir(), 'plant-store-bench-'));
+  const adminUrl = options.databaseUrl;
+  scratch.adminUrl = adminUrl;
+  const benchDatabase = `plant_store_bench_${randomBytes(4).toString('hex')}`;
+  scratch.database = benchDatabase;
+  const workFolder = mkdtempSync(join(tmpdir(), 'plant-store-bench-'));
+  scratch.workFolder = workFolder;
   const admin = new pg.Client({
     connectionString: adminUrl,
     application_name: 'plant-store-bench',
@@ -560,4 +515,4 @@ async function main(): Promise<number> {
 
 const code = await main();
 // When a signal is being handled, its handler exits once the cleaning is done.
-if (!interrupted) process.exit(code);
+if (!abort.signal.aborted) process.exit(code);

@@ -6,19 +6,12 @@
 // latency and errors, and writes bench/results/soak.{json,md}. Exits non-zero when the server
 // died, answered anything but 200, or did not stop cleanly.
 import { randomBytes } from 'node:crypto';
-import {
-  closeSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, statSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
 import { join, relative } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { cleanUpOnExit } from './cleanup.js';
 import { commandLine, gitRevision, packageVersion } from './facts.js';
 import { type HttpLoadResult, runHttpLoad } from './http-load.js';
 import { OptionsError, positiveInteger, redactUrl, withDatabase } from './options.js';
@@ -26,13 +19,11 @@ import { distFolder, projectRoot, resultsFolder } from './paths.js';
 import {
   type Child,
   describeExit,
-  killAllChildren,
   readProcessCpuSeconds,
   readStatusBytes,
   runToCompletion,
   sampleResidentMemory,
   spawnChild,
-  stopAllChildren,
   stopChild,
   tailOf,
   waitForListening,
@@ -75,53 +66,7 @@ function readSoakOptions(env: NodeJS.ProcessEnv): SoakOptions {
 }
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
-const abort = new AbortController();
-
-// ---- cleaning up, whatever way the run ends ----
-
-let adminUrl: string | undefined;
-let soakDatabase: string | undefined;
-let workFolder: string | undefined;
-let cleaning: Promise<void> | undefined;
-
-function cleanUp(): Promise<void> {
-  cleaning ??= (async () => {
-    await stopAllChildren();
-    if (adminUrl && soakDatabase) {
-      const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5000 });
-      try {
-        await client.connect();
-        await client.query(`drop database if exists ${soakDatabase} with (force)`);
-        say(`dropped database ${soakDatabase}`);
-      } catch (error) {
-        process.stderr.write(
-          `soak: could not drop database ${soakDatabase}: ${(error as Error).message}\n`,
-        );
-      } finally {
-        await client.end().catch(() => {});
-      }
-    }
-    if (workFolder) rmSync(workFolder, { recursive: true, force: true });
-  })();
-  return cleaning;
-}
-
-let interrupted = false;
-function onSignal(signal: NodeJS.Signals): void {
-  if (interrupted) {
-    killAllChildren();
-    process.exit(130);
-  }
-  interrupted = true;
-  process.stderr.write(`\nsoak: ${signal}: stopping the service and dropping the database\n`);
-  abort.abort();
-  cleanUp().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
-}
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, onSignal);
-process.on('uncaughtException', (error) => {
-  process.stderr.write(`soak: ${error.stack ?? error}\n`);
-  cleanUp().finally(() => process.exit(1));
-});
+const { scratch, abort, cleanUp } = cleanUpOnExit('soak', say);
 
 // ---- the load ----
 
@@ -302,9 +247,12 @@ function writeResults(report: SoakReport): void {
 async function soak(options: SoakOptions): Promise<number> {
   const startedAt = new Date();
   const loadAtStart = loadavg();
-  adminUrl = options.databaseUrl;
-  soakDatabase = `plant_store_soak_${randomBytes(4).toString('hex')}`;
-  workFolder = mkdtempSync(join(tmpdir(), 'plant-store-soak-'));
+  const adminUrl = options.databaseUrl;
+  scratch.adminUrl = adminUrl;
+  const soakDatabase = `plant_store_soak_${randomBytes(4).toString('hex')}`;
+  scratch.database = soakDatabase;
+  const workFolder = mkdtempSync(join(tmpdir(), 'plant-store-soak-'));
+  scratch.workFolder = workFolder;
   const admin = new pg.Client({ connectionString: adminUrl, application_name: 'plant-store-soak' });
   await admin.connect();
   let child: Child | undefined;
@@ -517,4 +465,4 @@ async function main(): Promise<number> {
 
 const code = await main();
 // When a signal is being handled, its handler exits once the cleaning is done.
-if (!interrupted) process.exit(code);
+if (!abort.signal.aborted) process.exit(code);
