@@ -14,6 +14,9 @@ FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+# Type declarations, source maps and docs of the dependencies are a third of their size and
+# nothing at run time reads them.
+RUN ["find", "node_modules", "-type", "f", "(", "-name", "*.d.ts", "-o", "-name", "*.d.cts", "-o", "-name", "*.d.mts", "-o", "-name", "*.map", "-o", "-name", "*.md", ")", "-delete"]
 
 # Runtime: Node.js 24 on distroless Debian (no shell, no package manager), as a non-root user.
 FROM gcr.io/distroless/nodejs24-debian12:nonroot AS runtime

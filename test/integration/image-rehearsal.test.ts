@@ -38,6 +38,15 @@ function npmCiArguments(stage: DockerStage): string[] | undefined {
   return undefined;
 }
 
+/** The stage's exec-form `RUN ["find", "node_modules", ...]` prunes, as argv. */
+function pruneCommands(stage: DockerStage): string[][] {
+  return instructionsOf(stage, 'RUN')
+    .map(({ text }) => text.trim())
+    .filter((text) => text.startsWith('['))
+    .map((text) => JSON.parse(text) as string[])
+    .filter(([command, folder]) => command === 'find' && folder === 'node_modules');
+}
+
 /** This process's environment without the npm_* variables of the `npm test` that started it. */
 function npmEnvironment(): Record<string, string> {
   return Object.fromEntries(
@@ -72,6 +81,10 @@ class StageRehearsal {
       const code = await npm.exited;
       if (code !== 0) {
         throw new Error(`npm ${install.join(' ')} exited with ${code}: ${npm.stderr.join('\n')}`);
+      }
+      for (const [command = 'find', ...args] of pruneCommands(stage)) {
+        const prune = run(command, args, npmEnvironment(), { cwd: directory });
+        if ((await prune.exited) !== 0) throw new Error(`find failed: ${prune.stderr.join('\n')}`);
       }
     } else {
       throw new Error(`the rehearsal does not know how to build the Dockerfile stage ${name}`);
@@ -159,6 +172,13 @@ describe('the production image, rehearsed without Docker', () => {
       existsSync(join(app, 'node_modules', name)),
     );
     expect(present).toStrictEqual([]);
+  });
+
+  it('leaves out the type declarations and source maps of the dependencies', () => {
+    const fastify = join(app, 'node_modules', 'fastify');
+    expect(existsSync(join(fastify, 'fastify.js'))).toBe(true);
+    expect(existsSync(join(fastify, 'fastify.d.ts'))).toBe(false);
+    expect(existsSync(join(app, 'node_modules', 'drizzle-orm', 'index.js.map'))).toBe(false);
   });
 
   it("starts the service by default, as compose's app service does", () => {
