@@ -1,5 +1,6 @@
 import { rmSync } from 'node:fs';
 import pg from 'pg';
+import { OptionsError } from './options.js';
 import { killAllChildren, stopAllChildren } from './processes.js';
 
 /** What a bench tool made and must remove, however its run ends. */
@@ -16,6 +17,11 @@ export interface CleanUp {
   abort: AbortController;
   /** Stops the children, drops the database, removes the folder; once, however often called. */
   cleanUp(): Promise<void>;
+  /**
+   * Reads the options (an OptionsError exits 2), runs the tool, cleans up and exits with the
+   * tool's code (1 on a failure); while a signal is handled, its handler exits instead.
+   */
+  runAndExit<O>(readOptions: () => O, tool: (options: O) => Promise<number>): Promise<void>;
 }
 
 /**
@@ -69,5 +75,23 @@ export function cleanUpOnExit(tool: string, say: (line: string) => void): CleanU
     process.stderr.write(`${tool}: ${error.stack ?? error}\n`);
     cleanUp().finally(() => process.exit(1));
   });
-  return { scratch, abort, cleanUp };
+  const runAndExit = async <O>(readOptions: () => O, run: (options: O) => Promise<number>) => {
+    let code: number;
+    try {
+      code = await run(readOptions());
+    } catch (error) {
+      if (error instanceof OptionsError) {
+        process.stderr.write(`${tool}: ${error.message}\n`);
+        code = 2;
+      } else {
+        if (!abort.signal.aborted)
+          process.stderr.write(`${tool}: ${(error as Error).stack ?? error}\n`);
+        code = 1;
+      }
+    } finally {
+      await cleanUp();
+    }
+    if (!abort.signal.aborted) process.exit(code);
+  };
+  return { scratch, abort, cleanUp, runAndExit };
 }

@@ -21,7 +21,6 @@ import { commandLine, gitRevision, packageVersion } from './facts.js';
 import { runHttpLoad } from './http-load.js';
 import {
   type BenchOptions,
-  OptionsError,
   pgbenchJobsFor,
   readBenchOptions,
   redactUrl,
@@ -66,7 +65,7 @@ class StartError extends Error {
 }
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
-const { scratch, abort, cleanUp } = cleanUpOnExit('bench', say);
+const { scratch, abort, runAndExit } = cleanUpOnExit('bench', say);
 
 // ---- the targets ----
 
@@ -494,25 +493,4 @@ function writeResults(report: BenchReport, levels: number[]): void {
   );
 }
 
-async function main(): Promise<number> {
-  let options: BenchOptions;
-  try {
-    options = readBenchOptions(process.env);
-  } catch (error) {
-    if (!(error instanceof OptionsError)) throw error;
-    process.stderr.write(`bench: ${error.message}\n`);
-    return 2;
-  }
-  try {
-    return await benchmark(options);
-  } catch (error) {
-    if (!abort.signal.aborted) process.stderr.write(`bench: ${(error as Error).stack ?? error}\n`);
-    return 1;
-  } finally {
-    await cleanUp();
-  }
-}
-
-const code = await main();
-// When a signal is being handled, its handler exits once the cleaning is done.
-if (!abort.signal.aborted) process.exit(code);
+await runAndExit(() => readBenchOptions(process.env), benchmark);

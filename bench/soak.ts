@@ -66,7 +66,7 @@ function readSoakOptions(env: NodeJS.ProcessEnv): SoakOptions {
 }
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
-const { scratch, abort, cleanUp } = cleanUpOnExit('soak', say);
+const { scratch, abort, runAndExit } = cleanUpOnExit('soak', say);
 
 // ---- the load ----
 
@@ -444,25 +444,4 @@ async function soak(options: SoakOptions): Promise<number> {
   }
 }
 
-async function main(): Promise<number> {
-  let options: SoakOptions;
-  try {
-    options = readSoakOptions(process.env);
-  } catch (error) {
-    if (!(error instanceof OptionsError)) throw error;
-    process.stderr.write(`soak: ${error.message}\n`);
-    return 2;
-  }
-  try {
-    return await soak(options);
-  } catch (error) {
-    if (!abort.signal.aborted) process.stderr.write(`soak: ${(error as Error).stack ?? error}\n`);
-    return 1;
-  } finally {
-    await cleanUp();
-  }
-}
-
-const code = await main();
-// When a signal is being handled, its handler exits once the cleaning is done.
-if (!abort.signal.aborted) process.exit(code);
+await runAndExit(() => readSoakOptions(process.env), soak);
