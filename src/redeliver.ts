@@ -1,0 +1,83 @@
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig } from './config.js';
+import { openDatabase } from './db/client.js';
+import { createLogger } from './logger.js';
+import { type RedeliveryFilter, redeliverFailed } from './webhooks/outbox.js';
+
+const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
+Sends failed newPlant webhook deliveries again (every one unless a filter is given): they become
+due at once with a fresh retry schedule, and the running service delivers them.`;
+
+function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
+  const { values } = parseArgs({
+    options: {
+      url: { type: 'string' },
+      event: { type: 'string' },
+      'failed-since': { type: 'string' },
+      'dry-run': { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(`${usage}\n`);
+    process.exit(0);
+  }
+  const filter: RedeliveryFilter = { url: values.url };
+  if (values.event !== undefined) {
+    const hex = values.event.replace(/^msg_/, '').replaceAll('-', '');
+    if (!/^[0-9a-f]{32}$/i.test(hex))
+      throw new UsageError('--event must be a webhook-id (msg_...)');
+    filter.eventId = hex.replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5');
+  }
+  if (values['failed-since'] !== undefined) {
+    const since = new Date(values['failed-since']);
+    if (Number.isNaN(since.getTime()))
+      throw new UsageError('--failed-since must be a date and time');
+    filter.failedSince = since;
+  }
+  return { filter, dryRun: values['dry-run'] };
+}
+
+class UsageError extends Error {}
+
+// Sends failed webhook deliveries again and exits: `npm run webhooks:redeliver`.
+try {
+  const { filter, dryRun } = readFilter();
+  const config = loadConfig(process.env, { requireTokens: false });
+  const logger = createLogger(config.logLevel);
+  try {
+    const database = await openDatabase({
+      url: config.databaseUrl,
+      pooler: config.dbPooler,
+      dataDir: config.dataDir,
+      poolMax: 1,
+      connectTimeoutMs: config.dbConnectTimeoutMs,
+      statementTimeoutMs: config.dbStatementTimeoutMs,
+      onIdleError: () => {},
+    });
+    try {
+      const count = await redeliverFailed(database.db, filter, dryRun);
+      process.stdout.write(
+        dryRun
+          ? `${count} failed deliveries would be sent again\n`
+          : `${count} failed deliveries will be sent again\n`,
+      );
+    } finally {
+      await database.close();
+    }
+  } catch (error) {
+    logger.fatal({ err: error }, 'redelivery failed');
+    process.exitCode = 1;
+  }
+} catch (error) {
+  if (
+    error instanceof UsageError ||
+    (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
+  ) {
+    process.stderr.write(`plant-store: ${(error as Error).message}\n${usage}\n`);
+    process.exitCode = 2;
+  } else if (error instanceof ConfigError) {
+    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
+    process.exitCode = 1;
+  } else throw error;
+}

@@ -1,0 +1,284 @@
+import { type SQL, sql } from 'drizzle-orm';
+import type { Database } from '../db/client.js';
+import { prepareStatement } from '../db/prepared.js';
+
+/** What the statements that insert plants need to write the outbox with them. */
+export interface OutboxOptions {
+  /** Every new plant gets one delivery per URL. */
+  urls: string[];
+  /** How long the inserting process holds the new deliveries before any process may claim them. */
+  leaseMs: number;
+}
+
+/** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
+export interface ClaimedDelivery {
+  id: string;
+  /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
+  eventId: string;
+  url: string;
+  /** The exact bytes to sign and send. */
+  body: string;
+  /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
+  attempt: number;
+  /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
+  claimedAt: number;
+  /** When the event was recorded (ms since the epoch), where known. */
+  createdAtMs?: number;
+}
+
+/** The parts of a delivery row the statement that inserted its plant returns. */
+export interface OutboxRow {
+  delivery_id: string | null;
+  event_id: string | null;
+  url: string | null;
+}
+
+/**
+ * The CTEs that write the outbox, for a statement whose earlier CTE `inserted` returns the rows
+ * it wrote to plants (`id`), `where` picking those it really inserted. Each gets one event (a
+ * random UUID, made once: the CTE is read twice, so PostgreSQL evaluates it once) and one
+ * delivery per URL, with the body given for its id in the `bodies` placeholder. The deliveries
+ * are born claimed by the inserting process (attempt 1, for the lease), so it sends them at once
+ * without another statement; if it dies, the claim expires and any process takes them over.
+ * The statement then joins `inserted` to `outbox` through `events` (plant_id, event_id).
+ */
+export function outboxCtes(options: OutboxOptions, where: SQL): SQL {
+  return sql`events as (
+    select inserted.id as plant_id, gen_random_uuid() as event_id, offered.body
+      from inserted
+      join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('bodies')}::text[])
+        as offered(id, body) on offered.id = inserted.id
+     where ${where}
+  ),
+  outbox as (
+    insert into webhook_deliveries (event_id, url, body, attempts, next_attempt_at)
+    select events.event_id, urls.url, events.body, 1, ${leaseEnd(options.leaseMs)}
+      from events cross join unnest(${sql.placeholder('webhookUrls')}::text[]) as urls(url)
+    returning id, event_id, url
+  )`;
+}
+
+/** The columns of a delivery the statement returns beside its plant's, null when it has none. */
+export const outboxColumns = sql`outbox.id::text as delivery_id, outbox.event_id::text as event_id, outbox.url`;
+
+const leaseEnd = (leaseMs: number) =>
+  sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
+
+/** The claimed deliveries among the rows the inserting statement returned. */
+export function claimedByInsert<Row extends OutboxRow>(
+  rows: Row[],
+  bodyOf: (row: Row) => string | undefined,
+  claimedAt: number,
+): ClaimedDelivery[] {
+  const claimed: ClaimedDelivery[] = [];
+  for (const row of rows) {
+    const body = bodyOf(row);
+    if (row.delivery_id === null || row.event_id === null || row.url === null || !body) continue;
+    claimed.push({
+      id: row.delivery_id,
+      eventId: row.event_id,
+      url: row.url,
+      body,
+      attempt: 1,
+      claimedAt,
+    });
+  }
+  return claimed;
+}
+
+/** How one attempt, or a claim given back, leaves its delivery. */
+export type Outcome =
+  /** Delivered: the row goes. */
+  | { kind: 'delivered'; id: string }
+  /** Failed; attempted again after `delayMs`. */
+  | { kind: 'retry'; id: string; attempt: number; delayMs: number; status?: number; error: string }
+  /** Given up: after the last attempt, or a 410. */
+  | { kind: 'failed'; id: string; attempt: number; status?: number; error: string }
+  /** Claimed but not attempted (shutdown, or no free slot in time): due again at once. */
+  | { kind: 'released'; id: string; attempt: number };
+
+interface ClaimRow {
+  id: string;
+  event_id: string;
+  url: string;
+  body: string;
+  attempts: number;
+  created_ms: number;
+}
+
+export interface OutboxStats {
+  /** Deliveries not yet delivered nor failed, counted up to STATS_COUNT_LIMIT. */
+  pending: number;
+  /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
+  failed: number;
+  /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
+  oldestDueSeconds: number;
+}
+
+/** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
+export const STATS_COUNT_LIMIT = 100_000;
+
+export interface Outbox {
+  /** Claims up to `limit` due deliveries of `url`, oldest first, skipping rows others hold. */
+  claim(url: string, limit: number): Promise<ClaimedDelivery[]>;
+  /** Records what became of attempts; a stale claim (another attempt since) changes nothing. */
+  recordOutcomes(outcomes: Outcome[]): Promise<void>;
+  stats(): Promise<OutboxStats>;
+}
+
+/** The statements of the dispatcher, each prepared once. */
+export function createOutbox(db: Database, options: OutboxOptions): Outbox {
+  // `= any(array(...))` runs the locking subquery once, so a claim takes at most `limit` rows.
+  const claim = prepareStatement<ClaimRow>(
+    db,
+    'webhook_claim',
+    sql`update webhook_deliveries
+           set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
+         where id = any(array(
+                 select id from webhook_deliveries
+                  where url = ${sql.placeholder('url')} and failed_at is null
+                    and next_attempt_at <= now()
+                  order by next_attempt_at
+                  limit ${sql.placeholder('limit')}
+                    for update skip locked))
+     returning id::text as id, event_id::text as event_id, url, body, attempts,
+               (extract(epoch from created_at) * 1000)::float8 as created_ms`,
+  );
+  const deleteDelivered = prepareStatement(
+    db,
+    'webhook_delete_delivered',
+    sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
+  );
+  // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
+  // another process claimed the row again, this outcome is stale and matches nothing.
+  const reschedule = prepareStatement(
+    db,
+    'webhook_reschedule',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
+               failed_at = case when o.delay_ms is null then now() end,
+               last_status = o.status,
+               last_error = o.error
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
+                      ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
+                      ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
+         where d.id = o.id and d.attempts = o.attempt`,
+  );
+  // Not attempted: the claim did not start an attempt, so it does not count as one.
+  const release = prepareStatement(
+    db,
+    'webhook_release',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now(), attempts = d.attempts - 1
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
+            as o(id, attempt)
+         where d.id = o.id and d.attempts = o.attempt`,
+  );
+  const stats = prepareStatement<{ pending: number; failed: number; oldest_due: number | null }>(
+    db,
+    'webhook_stats',
+    sql`select
+          (select count(*) from (select 1 from webhook_deliveries where failed_at is null
+                                  limit ${STATS_COUNT_LIMIT}) as p)::int4 as pending,
+          (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
+                                  limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
+          (select extract(epoch from now() - min(due.next_attempt_at))::float8
+             from unnest(${sql.placeholder('urls')}::text[]) as urls(url)
+             cross join lateral (
+               select next_attempt_at from webhook_deliveries
+                where url = urls.url and failed_at is null and next_attempt_at <= now()
+                order by next_attempt_at limit 1) as due) as oldest_due`,
+  );
+
+  return {
+    async claim(url, limit) {
+      const claimedAt = performance.now();
+      const rows = await claim.execute({ url, limit });
+      return rows.map((row) => ({
+        id: row.id,
+        eventId: row.event_id,
+        url: row.url,
+        body: row.body,
+        attempt: row.attempts,
+        claimedAt,
+        createdAtMs: row.created_ms,
+      }));
+    },
+    async recordOutcomes(outcomes) {
+      const delivered: string[] = [];
+      const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
+      const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
+      for (const outcome of outcomes) {
+        if (outcome.kind === 'delivered') delivered.push(outcome.id);
+        else if (outcome.kind === 'released') released.push(outcome);
+        else settled.push(outcome);
+      }
+      const statements: Promise<unknown>[] = [];
+      if (delivered.length > 0) statements.push(deleteDelivered.execute({ ids: delivered }));
+      if (settled.length > 0) {
+        statements.push(
+          reschedule.execute({
+            ids: settled.map((o) => o.id),
+            attempts: settled.map((o) => o.attempt),
+            delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
+            statuses: settled.map((o) => o.status ?? null),
+            errors: settled.map((o) => o.error),
+          }),
+        );
+      }
+      if (released.length > 0) {
+        statements.push(
+          release.execute({
+            ids: released.map((o) => o.id),
+            attempts: released.map((o) => o.attempt),
+          }),
+        );
+      }
+      await Promise.all(statements);
+    },
+    async stats() {
+      const [row] = await stats.execute({ urls: options.urls });
+      return {
+        pending: row?.pending ?? 0,
+        failed: row?.failed ?? 0,
+        oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0),
+      };
+    },
+  };
+}
+
+/** Which failed deliveries to send again; every one when nothing is given. */
+export interface RedeliveryFilter {
+  /** Only those to this URL. */
+  url?: string | undefined;
+  /** Only this event (its UUID). */
+  eventId?: string | undefined;
+  /** Only those that failed at or after this time. */
+  failedSince?: Date | undefined;
+}
+
+/**
+ * Makes failed deliveries due again with a fresh retry schedule, so that any running
+ * dispatcher sends them within a poll interval. Returns how many; `dryRun` only counts them.
+ */
+export async function redeliverFailed(
+  db: Database,
+  filter: RedeliveryFilter,
+  dryRun = false,
+): Promise<number> {
+  const where = sql`failed_at is not null
+    and (${filter.url ?? null}::text is null or url = ${filter.url ?? null}::text)
+    and (${filter.eventId ?? null}::uuid is null or event_id = ${filter.eventId ?? null}::uuid)
+    and (${filter.failedSince?.toISOString() ?? null}::timestamptz is null
+         or failed_at >= ${filter.failedSince?.toISOString() ?? null}::timestamptz)`;
+  const query = dryRun
+    ? sql`select count(*)::int4 as count from webhook_deliveries where ${where}`
+    : sql`with redelivered as (
+            update webhook_deliveries
+               set failed_at = null, attempts = 0, next_attempt_at = now()
+             where ${where}
+            returning 1)
+          select count(*)::int4 as count from redelivered`;
+  const [row] = await prepareStatement<{ count: number }>(db, '', query).execute({});
+  return row?.count ?? 0;
+}

@@ -1,0 +1,25 @@
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
+
+const SECRET_PREFIX = 'whsec_';
+
+/**
+ * The signing key of a `whsec_` secret: the bytes its base64 part encodes. A KeyObject, made
+ * once: an HMAC under raw bytes makes one each time, which costs more than the HMAC.
+ */
+export function signingKey(secret: string): KeyObject {
+  return createSecretKey(Buffer.from(secret.slice(SECRET_PREFIX.length), 'base64'));
+}
+
+/** `webhook-id` of an event: `msg_` and its UUID's hex digits. */
+export function webhookId(eventId: string): string {
+  return `msg_${eventId.replaceAll('-', '')}`;
+}
+
+/**
+ * `webhook-signature` as the Standard Webhooks specification defines it: `v1,` and the base64
+ * HMAC-SHA256, under the key, of `id.timestamp.body`, over the exact bytes sent.
+ */
+export function signature(key: KeyObject, id: string, timestamp: number, body: string): string {
+  const hmac = createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body);
+  return `v1,${hmac.digest('base64')}`;
+}

@@ -1,0 +1,352 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { WebhookConfig } from '../../src/config.js';
+import { createPlantQueries } from '../../src/plants/queries.js';
+import { redeliverFailed } from '../../src/webhooks/outbox.js';
+import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { freePort } from '../helpers/process.js';
+import {
+  type Answer,
+  type ReceivedRequest,
+  type Receiver,
+  startReceiver,
+  WEBHOOK_SECRET,
+} from '../helpers/receiver.js';
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const resource of open.splice(0).reverse()) await resource.close();
+});
+
+/** Short delays, so retries happen within a test. */
+function webhookConfig(urls: string[], overrides: Partial<WebhookConfig> = {}): WebhookConfig {
+  return {
+    urls,
+    secret: WEBHOOK_SECRET,
+    timeoutMs: 1000,
+    retrySchedule: [0.1, 0.2],
+    concurrency: 8,
+    ...overrides,
+  };
+}
+
+async function receiver(answer?: (request: ReceivedRequest, n: number) => Answer, port?: number) {
+  const started = await startReceiver(answer, port === undefined ? {} : { port });
+  open.push(started);
+  return started;
+}
+
+async function appSendingTo(urls: string[], overrides: Partial<WebhookConfig> = {}) {
+  const t = await startTestApp({ webhooks: webhookConfig(urls, overrides) });
+  open.push(t);
+  return t;
+}
+
+interface DeliveryRow extends Record<string, unknown> {
+  id: string;
+  event_id: string;
+  url: string;
+  body: string;
+  attempts: number;
+  failed: boolean;
+  last_status: number | null;
+  last_error: string | null;
+}
+
+const deliveries = (t: TestApp) =>
+  t.database.query<DeliveryRow>(
+    `select id::text, event_id::text, url, body, attempts, failed_at is not null as failed,
+            last_status, last_error
+       from webhook_deliveries order by id`,
+  );
+
+async function eventually<T>(
+  read: () => Promise<T>,
+  until: (value: T) => boolean,
+  withinMs = 10_000,
+) {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const value = await read();
+    if (until(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('the newPlant webhook', () => {
+  it('sends each newly stored plant once, signed, as stored, and none for replays, 409s or 400s', async () => {
+    const hook = await receiver();
+    const t = await appSendingTo([hook.url]);
+    const sent = [
+      '{"id":9007199254740993,"name":"Monstera","tag":"aroid"}',
+      '{"id":-9223372036854775808,"name":"Ficus 🌿 \\"lyrata\\""}',
+      '{"id":7,"name":"Pilea","tag":""}',
+    ];
+    for (const body of sent) expect((await postPlant(t.app, body)).statusCode).toBe(200);
+    expect((await postPlant(t.app, sent[0] as string)).statusCode).toBe(200);
+    expect((await postPlant(t.app, { id: 7, name: 'Other' })).statusCode).toBe(409);
+    expect((await postPlant(t.app, { id: 8, name: '' })).statusCode).toBe(400);
+
+    await hook.waitFor(3);
+    await settle(300);
+    expect(hook.requests.map((request) => request.body).sort()).toStrictEqual([...sent].sort());
+    for (const request of hook.requests) {
+      expect(request).toMatchObject({ method: 'POST', path: '/hook', verified: true });
+      expect(request.headers['content-type']).toBe('application/json');
+      expect(request.headers['webhook-id']).toMatch(/^msg_[0-9a-f]{32}$/);
+      expect(
+        Math.abs(Number(request.headers['webhook-timestamp']) - Date.now() / 1000),
+      ).toBeLessThan(10);
+      expect(request.headers['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
+    }
+    expect(new Set(hook.requests.map((r) => r.headers['webhook-id'])).size).toBe(3);
+    // Delivered rows do not stay.
+    expect(
+      await eventually(
+        () => deliveries(t),
+        (rows) => rows.length === 0,
+      ),
+    ).toStrictEqual([]);
+  });
+
+  it('sends every event to each URL, with the same webhook-id', async () => {
+    const first = await receiver();
+    const second = await receiver();
+    const t = await appSendingTo([first.url, second.url]);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const [a] = await first.waitFor(1);
+    const [b] = await second.waitFor(1);
+    expect(a?.body).toBe('{"id":1,"name":"Aloe"}');
+    expect(b?.body).toBe(a?.body);
+    expect(b?.headers['webhook-id']).toBe(a?.headers['webhook-id']);
+  });
+
+  it('records the event in the same statement as the plant, and keeps its body after a delete', async () => {
+    // Nothing listens: the delivery stays in the outbox.
+    const t = await appSendingTo([`http://127.0.0.1:${await freePort()}/hook`], {
+      retrySchedule: [60],
+    });
+    expect((await postPlant(t.app, { id: 42, name: 'Calathea', tag: 'prayer' })).statusCode).toBe(
+      200,
+    );
+    const response = await t.app.inject({
+      method: 'DELETE',
+      url: '/plants/42',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(response.statusCode).toBe(204);
+    const [row] = await eventually(
+      () => deliveries(t),
+      (rows) => rows[0]?.attempts === 1 && rows[0].last_error !== null,
+    );
+    expect(row).toMatchObject({
+      body: '{"id":42,"name":"Calathea","tag":"prayer"}',
+      attempts: 1,
+      failed: false,
+      last_status: null,
+      last_error: 'ECONNREFUSED',
+    });
+  });
+
+  it('writes events in the insert that locks what is stored only for the rows it inserted', async () => {
+    const url = `http://127.0.0.1:${await freePort()}/hook`;
+    const t = await appSendingTo([url], { retrySchedule: [60] });
+    const queries = createPlantQueries(t.appDatabase.db, {
+      textAsBytes: batching.textAsBytes,
+      outbox: { urls: [url], leaseMs: 60_000 },
+    });
+    await queries.insertNew([{ id: 20n, name: 'Stored' }]);
+    const { rows, deliveries: claimed } = await queries.insertOrLock([
+      { id: 20n, name: 'Other' },
+      { id: 21n, name: 'New', tag: '' },
+    ]);
+    const sorted = rows.sort((a, b) => Number(a.id - b.id));
+    expect(sorted.map((row) => [row.id, row.inserted])).toStrictEqual([
+      [20n, false],
+      [21n, true],
+    ]);
+    expect(claimed).toMatchObject([{ url, body: '{"id":21,"name":"New","tag":""}', attempt: 1 }]);
+    expect((await deliveries(t)).map((row) => row.body).sort()).toStrictEqual([
+      '{"id":20,"name":"Stored"}',
+      '{"id":21,"name":"New","tag":""}',
+    ]);
+  });
+
+  it('writes nothing to the outbox when no URL is configured', async () => {
+    const t = await startTestApp();
+    open.push(t);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect(await deliveries(t)).toStrictEqual([]);
+  });
+});
+
+describe('retries', () => {
+  // One app and one receiver for the whole group: each test has a plant id of its own, and the
+  // receiver answers each plant as that test wants (see `answers`).
+  const answers = new Map<string, (n: number) => Answer>();
+  let hook: Receiver;
+  let t: TestApp;
+  beforeAll(async () => {
+    hook = await startReceiver((request) => {
+      const id = /^\{"id":(-?\d+),/.exec(request.body)?.[1] ?? '';
+      const n = hook.requests.filter((r) => r.body.startsWith(`{"id":${id},`)).length;
+      return answers.get(id)?.(n) ?? { status: 200 };
+    });
+    t = await startTestApp({ webhooks: webhookConfig([hook.url], { timeoutMs: 300 }) });
+  });
+  afterAll(async () => {
+    await t.close();
+    await hook.close();
+  });
+
+  /** Creates plant `id`, answered by `answer`; resolves with its first `count` deliveries. */
+  async function deliver(id: number, answer: (n: number) => Answer, count: number) {
+    answers.set(String(id), answer);
+    expect((await postPlant(t.app, { id, name: 'Aloe' })).statusCode).toBe(200);
+    const deadline = Date.now() + 10_000;
+    let requests = hook.requests.filter((r) => r.body === `{"id":${id},"name":"Aloe"}`);
+    while (requests.length < count && Date.now() < deadline) {
+      await settle(10);
+      requests = hook.requests.filter((r) => r.body === `{"id":${id},"name":"Aloe"}`);
+    }
+    expect(requests).toHaveLength(count);
+    return requests;
+  }
+
+  const rowOf = async (id: number) =>
+    (await deliveries(t)).find((row) => row.body.startsWith(`{"id":${id},`));
+  const goneFromOutbox = (id: number) =>
+    eventually(
+      () => rowOf(id),
+      (row) => row === undefined,
+    );
+  const logsOf = (webhookId: unknown) =>
+    t.logs.map((line) => JSON.parse(line)).filter((line) => line.webhookId === webhookId);
+  const metric = async (name: string) => {
+    const text = (await t.app.inject({ method: 'GET', url: '/metrics' })).body;
+    return Number(new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+  };
+
+  it('retries after a 500, with the same webhook-id and a fresh signature', async () => {
+    const requests = await deliver(101, (n) => ({ status: n < 2 ? 500 : 204 }), 3);
+    expect(new Set(requests.map((r) => r.headers['webhook-id'])).size).toBe(1);
+    expect(requests.every((r) => r.verified)).toBe(true);
+    expect(await goneFromOutbox(101)).toBeUndefined();
+    const lines = logsOf(requests[0]?.headers['webhook-id']);
+    expect(lines.map((l) => [l.level, l.status, l.attempt])).toStrictEqual([
+      ['warn', 500, 1],
+      ['warn', 500, 2],
+    ]);
+  });
+
+  it('retries an attempt that is not answered within the time limit', async () => {
+    const [first, second] = await deliver(
+      102,
+      (n) => ({ status: 200, delayMs: n === 0 ? 2000 : 0 }),
+      2,
+    );
+    expect(second?.headers['webhook-id']).toBe(first?.headers['webhook-id']);
+    expect(await goneFromOutbox(102)).toBeUndefined();
+    expect(logsOf(first?.headers['webhook-id'])).toMatchObject([{ error: 'timeout', attempt: 1 }]);
+  });
+
+  it('does not follow a redirect: a 3xx is a failed attempt', async () => {
+    const target = await receiver();
+    const [first] = await deliver(
+      103,
+      (n) => (n === 0 ? { status: 307, headers: { location: target.url } } : { status: 200 }),
+      2,
+    );
+    expect(await goneFromOutbox(103)).toBeUndefined();
+    expect(target.requests).toStrictEqual([]);
+    expect(logsOf(first?.headers['webhook-id'])).toMatchObject([{ status: 307, attempt: 1 }]);
+  });
+
+  it('waits as long as a 503 Retry-After asks', async () => {
+    const [first, second] = await deliver(
+      104,
+      (n) => (n === 0 ? { status: 503, headers: { 'retry-after': '2' } } : { status: 200 }),
+      2,
+    );
+    expect((second?.at ?? 0) - (first?.at ?? 0)).toBeGreaterThanOrEqual(1900);
+  });
+
+  it('ends a delivery at once when the receiver answers 410 Gone', async () => {
+    await deliver(105, () => ({ status: 410 }), 1);
+    const row = await eventually(
+      () => rowOf(105),
+      (found) => found?.failed === true,
+    );
+    expect(row).toMatchObject({ attempts: 1, failed: true, last_status: 410 });
+    await settle(500);
+    expect(hook.requests.filter((r) => r.body.startsWith('{"id":105,'))).toHaveLength(1);
+  });
+
+  it('marks a delivery failed after its last attempt, logs it at error and counts it', async () => {
+    const failedBefore = await metric('plant_store_webhook_deliveries_total{outcome="failed"}');
+    const [first] = await deliver(106, () => ({ status: 500 }), 3);
+    const row = await eventually(
+      () => rowOf(106),
+      (found) => found?.failed === true,
+    );
+    expect(row).toMatchObject({
+      attempts: 3,
+      failed: true,
+      last_status: 500,
+      last_error: 'HTTP 500',
+    });
+    await settle(400);
+    expect(hook.requests.filter((r) => r.body.startsWith('{"id":106,'))).toHaveLength(3);
+    expect(logsOf(first?.headers['webhook-id']).filter((l) => l.level === 'error')).toMatchObject([
+      { msg: 'webhook delivery failed after its last attempt', status: 500, attempt: 3 },
+    ]);
+    expect(t.logs.join('\n')).not.toContain(WEBHOOK_SECRET.slice('whsec_'.length));
+    expect(await metric('plant_store_webhook_deliveries_total{outcome="failed"}')).toBe(
+      failedBefore + 1,
+    );
+    expect(await metric('plant_store_webhook_attempts_total{result="5xx"}')).toBeGreaterThanOrEqual(
+      3,
+    );
+    expect(await metric('plant_store_webhook_backlog{state="failed"}')).toBeGreaterThanOrEqual(1);
+    expect(await metric('plant_store_webhook_oldest_due_seconds')).toBeGreaterThanOrEqual(0);
+  });
+
+  it('sends a failed delivery again when an operator asks for it', async () => {
+    let up = false;
+    await deliver(107, () => ({ status: up ? 200 : 500 }), 3);
+    const row = await eventually(
+      () => rowOf(107),
+      (found) => found?.failed === true,
+    );
+    up = true;
+    expect(await redeliverFailed(t.appDatabase.db, { url: 'http://elsewhere/' })).toBe(0);
+    expect(await redeliverFailed(t.appDatabase.db, { eventId: row?.event_id })).toBe(1);
+    const requests = await deliver(107, () => ({ status: 200 }), 4);
+    expect(await goneFromOutbox(107)).toBeUndefined();
+    expect(new Set(requests.map((r) => r.headers['webhook-id'])).size).toBe(1);
+  });
+});
+
+describe('a receiver that was down', () => {
+  it('gets the delivery once it comes back', async () => {
+    const port = await freePort();
+    const t = await appSendingTo([`http://127.0.0.1:${port}/hook`], {
+      retrySchedule: [0.3, 0.3, 0.3, 0.3, 0.3, 0.3],
+    });
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await eventually(
+      () => deliveries(t),
+      (rows) => (rows[0]?.attempts ?? 0) >= 2,
+    );
+    const hook = await receiver(undefined, port);
+    const [request] = await hook.waitFor(1);
+    expect(request).toMatchObject({ body: '{"id":1,"name":"Aloe"}', verified: true });
+    expect(
+      await eventually(
+        () => deliveries(t),
+        (rows) => rows.length === 0,
+      ),
+    ).toStrictEqual([]);
+  });
+});
