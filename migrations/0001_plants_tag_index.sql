@@ -1,0 +1,1 @@
+CREATE INDEX "plants_tag_id_idx" ON "plants" USING btree ("tag","id");

@@ -1,0 +1,258 @@
+import { asc, eq, gte, type SQL, sql } from 'drizzle-orm';
+import type { Database } from '../db/client.js';
+import { prepareStatement } from '../db/prepared.js';
+import { plants } from '../db/schema.js';
+import {
+  type ClaimedDelivery,
+  claimedByInsert,
+  type OutboxOptions,
+  type OutboxRow,
+  outboxColumns,
+  outboxCtes,
+} from '../webhooks/outbox.js';
+import type { NewPlant, StoredPlant } from './schemas.js';
+import { storedPlantJson } from './serialize.js';
+
+/** A page of plants in ascending id order: ids from `fromId` on, with exactly `tag` if given. */
+export interface PageRange {
+  fromId: bigint;
+  tag: string | undefined;
+  limit: number;
+}
+
+/** The statements of the plant store, one query each. */
+export interface PlantQueries {
+  /** Inserts the rows whose ids are new; returns those ids, and their webhook deliveries. */
+  insertNew(rows: NewPlant[]): Promise<{ ids: Set<bigint>; deliveries: ClaimedDelivery[] }>;
+  /**
+   * Inserts the rows whose ids are new and locks the stored row of every other id until the
+   * statement commits, so none can vanish before it is read; returns every row as stored, and
+   * the webhook deliveries of those it inserted.
+   */
+  insertOrLock(
+    rows: NewPlant[],
+  ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }>; deliveries: ClaimedDelivery[] }>;
+  /** The stored plants among `ids`. */
+  findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
+  listPage(range: PageRange): Promise<StoredPlant[]>;
+  /** Deletes the plant; false when there was none. */
+  deleteById(id: bigint): Promise<boolean>;
+}
+
+export interface QueryOptions {
+  /**
+   * Read name and tag as their UTF-8 bytes. The embedded engine's driver decodes text with a
+   * TextDecoder that drops a leading U+FEFF, which would change a plant as it is read;
+   * node-postgres keeps it, and reading text is cheaper than decoding bytes here.
+   */
+  textAsBytes: boolean;
+  /**
+   * Write the newPlant webhook's outbox in the same statement as each plant it inserts. Without
+   * it, the statements write plants only.
+   */
+  outbox?: OutboxOptions | undefined;
+}
+
+/** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+const decode = (text: string | Uint8Array) => (typeof text === 'string' ? text : utf8.decode(text));
+
+type StoredRow = { id: bigint; name: string | Uint8Array; tag: string | Uint8Array | null };
+
+function toStoredPlant({ id, name, tag }: StoredRow): StoredPlant {
+  return tag === null ? { id, name: decode(name) } : { id, name: decode(name), tag: decode(tag) };
+}
+
+/** Every statement is built and prepared once: a query only sends its parameters. */
+export function createPlantQueries(
+  db: Database,
+  { textAsBytes, outbox }: QueryOptions,
+): PlantQueries {
+  const text = <T>(column: typeof plants.name | typeof plants.tag) =>
+    textAsBytes ? sql<T>`convert_to(${column}, 'UTF8')` : sql<T>`${column}`;
+  const storedColumns = {
+    id: plants.id,
+    name: text<string | Uint8Array>(plants.name),
+    tag: text<string | Uint8Array | null>(plants.tag),
+  };
+  const input = sql`unnest(
+    ${sql.placeholder('ids')}::int8[],
+    ${sql.placeholder('names')}::text[],
+    ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
+  // A function: Drizzle's builders change in place, and two statements start from this one.
+  const insertFromInput = () =>
+    db.insert(plants).select((qb) =>
+      qb
+        .select({
+          id: sql<bigint>`input.id`.as('id'),
+          name: sql<string>`input.name`.as('name'),
+          tag: sql<string | null>`input.tag`.as('tag'),
+          // Drizzle inserts every column from a select: created_at takes the column's default.
+          createdAt: sql<Date>`${plants.createdAt.default as SQL}`.as('created_at'),
+        })
+        .from(input),
+    );
+  const insertNew = insertFromInput()
+    .onConflictDoNothing({ target: plants.id })
+    .returning({ id: plants.id })
+    .prepare('plants_insert_batch');
+  // On a conflict, an update that changes no value: it locks the stored row, so no delete can
+  // take it away before it is returned (at the price of a new row version). xmax is 0 only on a
+  // row this statement inserted.
+  const insertOrLock = insertFromInput()
+    .onConflictDoUpdate({ target: plants.id, set: { name: sql`${plants.name}` } })
+    .returning({ ...storedColumns, inserted: sql<boolean>`xmax = 0` })
+    .prepare('plants_insert_or_lock');
+  const findByIds = db
+    .select(storedColumns)
+    .from(plants)
+    .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
+    .prepare('plants_select_batch');
+  const listPage = db
+    .select(storedColumns)
+    .from(plants)
+    .where(gte(plants.id, sql.placeholder('fromId')))
+    .orderBy(asc(plants.id))
+    .limit(sql.placeholder('limit'))
+    .prepare('plants_page');
+  // Written as a range of (tag, id) in that index's order, which only plants_tag_id_idx can
+  // serve without a sort. As `tag = $1 order by id`, the planner may walk the primary key and
+  // filter by tag, reading past every plant of the other tags, all of them for a rare tag.
+  const listTaggedPage = db
+    .select(storedColumns)
+    .from(plants)
+    .where(
+      sql`(${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
+        and ${plants.tag} <= ${sql.placeholder('tag')}::text`,
+    )
+    .orderBy(asc(plants.tag), asc(plants.id))
+    .limit(sql.placeholder('limit'))
+    .prepare('plants_tagged_page');
+  const deleteById = db
+    .delete(plants)
+    .where(eq(plants.id, sql.placeholder('id')))
+    .returning({ id: plants.id })
+    .prepare('plants_delete');
+
+  const arrays = (rows: NewPlant[]) => ({
+    ids: rows.map((row) => row.id),
+    names: rows.map((row) => row.name),
+    tags: rows.map((row) => row.tag ?? null),
+  });
+  const withOutbox = outbox && outboxStatements(db, outbox, textAsBytes);
+
+  return {
+    async insertNew(rows) {
+      if (withOutbox) return withOutbox.insertNew(rows, arrays(rows));
+      const inserted = await insertNew.execute(arrays(rows));
+      return { ids: new Set(inserted.map((row) => row.id)), deliveries: [] };
+    },
+    async insertOrLock(rows) {
+      if (withOutbox) return withOutbox.insertOrLock(rows, arrays(rows));
+      const stored = await insertOrLock.execute(arrays(rows));
+      return {
+        rows: stored.map((row) => ({ ...toStoredPlant(row), inserted: row.inserted })),
+        deliveries: [],
+      };
+    },
+    async findByIds(ids) {
+      const rows = await findByIds.execute({ ids });
+      return new Map(rows.map((row) => [row.id, toStoredPlant(row)]));
+    },
+    async listPage({ fromId, tag, limit }) {
+      const rows =
+        tag === undefined
+          ? await listPage.execute({ fromId, limit })
+          : await listTaggedPage.execute({ fromId, tag, limit });
+      return rows.map(toStoredPlant);
+    },
+    async deleteById(id) {
+      return (await deleteById.execute({ id })).length > 0;
+    },
+  };
+}
+
+type PlantArrays = { ids: bigint[]; names: string[]; tags: Array<string | null> };
+
+/**
+ * The two inserting statements with the outbox written in the same statement (so in the same
+ * transaction) for exactly the rows they really insert: a replay or a conflict inserts nothing
+ * and so writes no event. The body of each event is the plant as stored, in the JSON of
+ * GET /plants/{id}, made here once, so a later delete of the plant changes nothing that is sent.
+ */
+function outboxStatements(db: Database, outbox: OutboxOptions, textAsBytes: boolean) {
+  const text = (column: string) =>
+    sql.raw(textAsBytes ? `convert_to(locked.${column}, 'UTF8')` : `locked.${column}`);
+  const input = sql`unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('names')}::text[],
+                           ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
+  const insertNew = prepareStatement<OutboxRow & { plant_id: string }>(
+    db,
+    'plants_insert_batch_outbox',
+    sql`with inserted as (
+          insert into plants (id, name, tag) select input.id, input.name, input.tag from ${input}
+          on conflict (id) do nothing
+          returning id
+        ),
+        ${outboxCtes(outbox, sql`true`)}
+        select events.plant_id::text as plant_id, ${outboxColumns}
+          from events join outbox on outbox.event_id = events.event_id`,
+  );
+  // As insertOrLock above; xmax is 0 only on a row this statement inserted.
+  const insertOrLock = prepareStatement<
+    OutboxRow & {
+      id: string;
+      name: string | Uint8Array;
+      tag: string | Uint8Array | null;
+      inserted: boolean;
+    }
+  >(
+    db,
+    'plants_insert_or_lock_outbox',
+    sql`with inserted as (
+          insert into plants (id, name, tag) select input.id, input.name, input.tag from ${input}
+          on conflict (id) do update set name = plants.name
+          returning id, name, tag, xmax = 0 as inserted
+        ),
+        ${outboxCtes(outbox, sql`inserted.inserted`)}
+        select locked.id::text as id, ${text('name')} as name, ${text('tag')} as tag,
+               locked.inserted, ${outboxColumns}
+          from inserted as locked
+          left join events on events.plant_id = locked.id
+          left join outbox on outbox.event_id = events.event_id`,
+  );
+  const parameters = (rows: NewPlant[], arrays: PlantArrays) => {
+    const bodies = new Map<string, string>();
+    for (const row of rows) bodies.set(String(row.id), storedPlantJson(row));
+    return {
+      values: { ...arrays, bodies: [...bodies.values()], webhookUrls: outbox.urls },
+      bodyOf: (id: string) => bodies.get(id),
+    };
+  };
+  return {
+    async insertNew(rows: NewPlant[], arrays: PlantArrays) {
+      const { values, bodyOf } = parameters(rows, arrays);
+      const claimedAt = performance.now();
+      const result = await insertNew.execute(values);
+      return {
+        ids: new Set(result.map((row) => BigInt(row.plant_id))),
+        deliveries: claimedByInsert(result, (row) => bodyOf(row.plant_id), claimedAt),
+      };
+    },
+    async insertOrLock(rows: NewPlant[], arrays: PlantArrays) {
+      const { values, bodyOf } = parameters(rows, arrays);
+      const claimedAt = performance.now();
+      const result = await insertOrLock.execute(values);
+      const stored = new Map<string, StoredPlant & { inserted: boolean }>();
+      for (const row of result) {
+        if (stored.has(row.id)) continue;
+        const plant = toStoredPlant({ id: BigInt(row.id), name: row.name, tag: row.tag });
+        stored.set(row.id, { ...plant, inserted: row.inserted });
+      }
+      return {
+        rows: [...stored.values()],
+        deliveries: claimedByInsert(result, (row) => bodyOf(row.id), claimedAt),
+      };
+    },
+  };
+}
