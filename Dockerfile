@@ -1,11 +1,12 @@
 # syntax=docker/dockerfile:1
 
-# Build: compile TypeScript to dist/.
+# Build: compile and bundle src/ into dist/ (scripts/build.js).
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json ./
+COPY scripts ./scripts
 COPY src ./src
 RUN npm run build
 
@@ -18,14 +19,22 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean -
 # nothing at run time reads them.
 RUN ["find", "node_modules", "-type", "f", "(", "-name", "*.d.ts", "-o", "-name", "*.d.cts", "-o", "-name", "*.d.mts", "-o", "-name", "*.map", "-o", "-name", "*.md", ")", "-delete"]
 
+# The embedded engine's data directory, for a container run without DATABASE_URL: made here,
+# because the runtime image has no shell to make it, and given to the runtime's user below.
+FROM node:24-bookworm-slim AS data
+RUN mkdir -p /data
+
 # Runtime: Node.js 24 on distroless Debian (no shell, no package manager), as a non-root user.
 FROM gcr.io/distroless/nodejs24-debian12:nonroot AS runtime
-ENV NODE_ENV=production
+# Without DATABASE_URL the service runs the embedded engine with its data in /data, for trying
+# things out: `docker run -v plants:/data ...` keeps it. Production sets DATABASE_URL.
+ENV NODE_ENV=production DATA_DIR=/data
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY migrations ./migrations
+COPY --from=data --chown=65532:65532 /data /data
 USER nonroot
 EXPOSE 3000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \

@@ -1,6 +1,7 @@
 // The http-ceiling target: the service's own compiled app (dist/app.js: logging, auth, body
 // parsing, validation, serialisation) with a repository that does no I/O and answers as if every
-// plant were created. Whatever the real service loses against it is spent on the database path.
+// plant were created, and every read found. Whatever the real service loses against it is spent
+// on the database path.
 //
 // Configured by the same environment variables as dist/server.js (PORT, HOST, API_TOKENS,
 // LOG_LEVEL, BODY_LIMIT, JSON_MAX_DEPTH); DATABASE_URL is ignored.
@@ -30,13 +31,22 @@ try {
   process.exit(1);
 }
 
+const idle = { queued: 0, inFlight: 0 };
 const repository: PlantRepository = {
   createPlant: async (plant) => ({
     outcome: 'created',
     plant: plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag },
   }),
+  getPlant: async (id) => ({ id, name: 'Monstera deliciosa', tag: 'aroid' }),
+  listPlants: async ({ limit, after = 0n }) =>
+    Array.from({ length: limit }, (_, i) => ({
+      id: after + 1n + BigInt(i),
+      name: 'Monstera deliciosa',
+      tag: 'aroid',
+    })),
+  deletePlant: async () => true,
   drain: async () => {},
-  stats: () => ({ queued: 0, inFlight: 0 }),
+  stats: () => ({ writes: idle, reads: idle }),
 };
 
 const app = await buildApp({

@@ -6,10 +6,17 @@ import type { RunResult } from './report.js';
 
 const COLORS: Record<Target, string> = {
   service: '#1f77b4',
+  'service+webhooks': '#17becf',
   'service-unbatched': '#ff7f0e',
   'http-ceiling': '#2ca02c',
   pgbench: '#d62728',
+  'get-by-id': '#9467bd',
+  'get-by-id-unbatched': '#8c564b',
+  'get-page': '#e377c2',
 };
+
+/** Legend entries per row, under the panels. */
+const LEGEND_COLUMNS = 4;
 
 const PANEL = { width: 460, height: 330, left: 70, right: 20, top: 40, bottom: 50 };
 
@@ -108,11 +115,12 @@ export function chartSvg(runs: RunResult[], levels: number[], caption: string): 
     { title: 'p99 latency', yTitle: 'ms', value: (run) => run.p99Ms },
   ];
   const width = PANEL.width * panels.length;
-  const height = PANEL.height + 50;
   const present = TARGETS.filter((target) => runs.some((run) => run.target === target));
+  const legendRows = Math.max(1, Math.ceil(present.length / LEGEND_COLUMNS));
+  const height = PANEL.height + 25 + 25 * legendRows;
   const legend = present.map(
     (target, index) =>
-      `<g transform="translate(${PANEL.left + index * 150},${PANEL.height + 10})"><rect width="14" height="14" fill="${COLORS[target]}"/><text x="20" y="12" font-size="12">${target}</text></g>`,
+      `<g transform="translate(${PANEL.left + (index % LEGEND_COLUMNS) * 180},${PANEL.height + 10 + 22 * Math.floor(index / LEGEND_COLUMNS)})"><rect width="14" height="14" fill="${COLORS[target]}"/><text x="20" y="12" font-size="12">${target}</text></g>`,
   );
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">`,

@@ -50,6 +50,8 @@ async function start(
       HOST: '127.0.0.1',
       PORT: '0',
       API_TOKENS: token,
+      // Nothing load-balances here: stop at once.
+      SHUTDOWN_DELAY_MS: '0',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'inherit'],

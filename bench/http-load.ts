@@ -1,16 +1,21 @@
 import type { EventEmitter } from 'node:events';
 import autocannon from 'autocannon';
 
-export interface HttpLoadOptions {
+/** What each request is: POST /plants with the next body, or GET of the next path. */
+export type LoadRequests =
+  /** Called once per request, so every plant is new. */
+  | { nextBody: () => string }
+  /** Called once per request, e.g. /plants/<a stored id>. */
+  | { nextGetPath: () => string };
+
+export type HttpLoadOptions = LoadRequests & {
   /** e.g. http://127.0.0.1:41234 */
   baseUrl: string;
   connections: number;
   durationSeconds: number;
   token: string;
-  /** The body of the next request: called once per request, so every plant is new. */
-  nextBody: () => string;
   signal: AbortSignal;
-}
+};
 
 export interface HttpLoadResult {
   durationSeconds: number;
@@ -55,8 +60,29 @@ class Samples {
   }
 }
 
+function requestOf(options: HttpLoadOptions): autocannon.Request {
+  const authorization = `Bearer ${options.token}`;
+  if ('nextBody' in options) {
+    const { nextBody } = options;
+    return {
+      method: 'POST',
+      path: '/plants',
+      headers: { authorization, 'content-type': 'application/json' },
+      setupRequest: (request) => ({ ...request, body: nextBody() }),
+    };
+  }
+  const { nextGetPath } = options;
+  return {
+    method: 'GET',
+    path: '/plants',
+    headers: { authorization },
+    setupRequest: (request) => ({ ...request, path: nextGetPath() }),
+  };
+}
+
 /**
- * POST /plants from `connections` keep-alive connections, pipelining 1, for the duration.
+ * The requests of `options` from `connections` keep-alive connections, pipelining 1, for the
+ * duration.
  *
  * Latencies are recorded here rather than taken from autocannon's summary: its histogram keeps
  * whole milliseconds, too coarse for a server that answers in a fraction of one.
@@ -71,17 +97,7 @@ export function runHttpLoad(options: HttpLoadOptions): Promise<HttpLoadResult> {
         pipelining: 1,
         duration: options.durationSeconds,
         timeout: 10,
-        requests: [
-          {
-            method: 'POST',
-            path: '/plants',
-            headers: {
-              authorization: `Bearer ${options.token}`,
-              'content-type': 'application/json',
-            },
-            setupRequest: (request) => ({ ...request, body: options.nextBody() }),
-          },
-        ],
+        requests: [requestOf(options)],
       },
       (error, result) => {
         options.signal.removeEventListener('abort', stop);

@@ -1,6 +1,15 @@
 import { availableParallelism } from 'node:os';
 
-export const TARGETS = ['service', 'service-unbatched', 'http-ceiling', 'pgbench'] as const;
+export const TARGETS = [
+  'service',
+  'service+webhooks',
+  'service-unbatched',
+  'http-ceiling',
+  'pgbench',
+  'get-by-id',
+  'get-by-id-unbatched',
+  'get-page',
+] as const;
 export type Target = (typeof TARGETS)[number];
 
 export interface BenchOptions {
@@ -15,6 +24,8 @@ export interface BenchOptions {
   pgbenchJobs: number | undefined;
   /** Connection slots pgbench leaves free for others on a shared server. */
   pgbenchSpareConnections: number;
+  /** Plants stored before the runs, for the read targets to read. */
+  readPlants: number;
 }
 
 export class OptionsError extends Error {
@@ -74,6 +85,7 @@ export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
       get('BENCH_PGBENCH_SPARE_CONNECTIONS', '20'),
       0,
     ),
+    readPlants: positiveInteger('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
   };
 }
 

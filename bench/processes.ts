@@ -117,7 +117,8 @@ export function tailOf(file: string, lines = 20): string {
 
 /**
  * Resolves with the base URL once the service, started with PORT=0 and its stdout in `logFile`,
- * logs that it listens; rejects when it exits first, the time is up, or `signal` aborts.
+ * logs that it listens and answers /readyz with 200 (it listens before its database is open);
+ * rejects when it exits first, the time is up, or `signal` aborts.
  */
 export async function waitForListening(
   child: Child,
@@ -130,7 +131,13 @@ export async function waitForListening(
     const match = /"msg":"Server listening at (http:\/\/127\.0\.0\.1:\d+)"/.exec(
       readFileSync(logFile, 'utf8'),
     );
-    if (match?.[1]) return match[1];
+    const ready =
+      match?.[1] &&
+      (await fetch(`${match[1]}/readyz`).then(
+        (response) => response.status === 200,
+        () => false,
+      ));
+    if (match?.[1] && ready) return match[1];
     if (child.exit) {
       throw new Error(
         `exited with ${describeExit(child.exit)} before listening:\n${tailOf(errorFile)}\n${tailOf(logFile)}`,

@@ -30,6 +30,28 @@ export interface RunResult {
   cpu?: CpuUse;
   /** Lines the server logged during warm-up and measurement (request logging is on). */
   logLines?: number;
+  /** Plants in each answer, when not one (a page). */
+  rowsPerAnswer?: number;
+  /** service+webhooks: what the receiver got, and how long after each commit. */
+  webhooks?: WebhookFigures;
+}
+
+export interface WebhookFigures {
+  /** Plants the target stored (warm-up included). */
+  plants: number;
+  /** Plants delivered at least once. */
+  delivered: number;
+  undelivered: number;
+  /** Deliveries beyond the first of a plant. */
+  duplicates: number;
+  /** From the plant's created_at to the first delivery's arrival. */
+  p50Ms: number | null;
+  p99Ms: number | null;
+  maxMs: number | null;
+  /** Share of the plants delivered within 1 s of their commit. */
+  withinOneSecond: number | null;
+  /** Cores' worth of CPU the receiver used while measured. */
+  receiverCpu?: number;
 }
 
 export interface Ratio {
@@ -40,6 +62,12 @@ export interface Ratio {
   serviceToPgbench: number | null;
   /** service throughput / service-unbatched throughput: what coalescing buys */
   serviceToUnbatched: number | null;
+  /** get-by-id throughput / http-ceiling throughput (a POST): reads against the HTTP stack */
+  getByIdToCeiling: number | null;
+  /** get-by-id throughput / get-by-id-unbatched throughput: what coalescing buys reads */
+  getByIdToUnbatched: number | null;
+  /** service+webhooks throughput / service throughput: what sending the webhook costs creates */
+  webhooksToService: number | null;
 }
 
 export interface BenchReport {
@@ -62,11 +90,16 @@ export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
     a === undefined || b === undefined || b === 0 ? null : a / b;
   return levels.map((connections) => {
     const service = throughput('service', connections);
+    const getById = throughput('get-by-id', connections);
+    const ceiling = throughput('http-ceiling', connections);
     return {
       connections,
-      serviceToCeiling: divide(service, throughput('http-ceiling', connections)),
+      serviceToCeiling: divide(service, ceiling),
       serviceToPgbench: divide(service, throughput('pgbench', connections)),
       serviceToUnbatched: divide(service, throughput('service-unbatched', connections)),
+      getByIdToCeiling: divide(getById, ceiling),
+      getByIdToUnbatched: divide(getById, throughput('get-by-id-unbatched', connections)),
+      webhooksToService: divide(throughput('service+webhooks', connections), service),
     };
   });
 }
@@ -91,15 +124,24 @@ const connectionsCell = (run: RunResult) =>
 
 const percent = (ratio: number | null) => (ratio === null ? '-' : `${(ratio * 100).toFixed(1)} %`);
 
+/** CPU microseconds per answer: of the server process, and of the whole machine. */
+const microsecondsCell = (run: RunResult) => {
+  const per = (cores: number | undefined) =>
+    cores === undefined || !run.throughput ? undefined : (cores / run.throughput) * 1e6;
+  return [per(run.cpu?.server), per(run.cpu?.machine)].map((value) => fixed(value, 0)).join(' / ');
+};
+
 export const TABLE_HEADER = [
   'target',
   'connections',
   'throughput /s',
+  'plants /s',
   'p50 ms',
   'p99 ms',
   'errors',
   'peak RSS MiB',
   'CPU server / loadgen / machine',
+  'CPU µs per answer server / machine',
 ];
 
 export function tableRows(runs: RunResult[]): string[][] {
@@ -109,13 +151,18 @@ export function tableRows(runs: RunResult[]): string[][] {
           run.target,
           connectionsCell(run),
           fixed(run.throughput, 1),
+          fixed(
+            run.throughput === undefined ? undefined : run.throughput * (run.rowsPerAnswer ?? 1),
+            1,
+          ),
           fixed(run.p50Ms, 2),
           fixed(run.p99Ms, 2),
           String(run.errors ?? '-'),
           mebibytes(run.peakRssBytes),
           cpuCell(run.cpu),
+          microsecondsCell(run),
         ]
-      : [run.target, connectionsCell(run), run.status, '', '', '', '', run.note ?? ''],
+      : [run.target, connectionsCell(run), run.status, '', '', '', '', '', '', run.note ?? ''],
   );
 }
 
@@ -124,6 +171,9 @@ export const RATIO_HEADER = [
   'service / http-ceiling',
   'service / pgbench',
   'service / service-unbatched',
+  'get-by-id / http-ceiling',
+  'get-by-id / get-by-id-unbatched',
+  'service+webhooks / service',
 ];
 
 export function ratioRows(list: Ratio[]): string[][] {
@@ -132,7 +182,42 @@ export function ratioRows(list: Ratio[]): string[][] {
     percent(ratio.serviceToCeiling),
     percent(ratio.serviceToPgbench),
     percent(ratio.serviceToUnbatched),
+    percent(ratio.getByIdToCeiling),
+    percent(ratio.getByIdToUnbatched),
+    percent(ratio.webhooksToService),
   ]);
+}
+
+export const WEBHOOK_HEADER = [
+  'connections',
+  'plants',
+  'delivered',
+  'duplicates',
+  'commit to delivery p50 ms',
+  'p99 ms',
+  'max ms',
+  'within 1 s',
+  'receiver CPU',
+];
+
+export function webhookRows(runs: RunResult[]): string[][] {
+  return runs.flatMap((run) =>
+    run.webhooks
+      ? [
+          [
+            String(run.connections),
+            String(run.webhooks.plants),
+            String(run.webhooks.delivered),
+            String(run.webhooks.duplicates),
+            fixed(run.webhooks.p50Ms, 1),
+            fixed(run.webhooks.p99Ms, 1),
+            fixed(run.webhooks.maxMs, 1),
+            percent(run.webhooks.withinOneSecond),
+            fixed(run.webhooks.receiverCpu, 2),
+          ],
+        ]
+      : [],
+  );
 }
 
 /** A plain-text table; the first `leftAligned` columns are left-aligned, the others right. */
@@ -196,19 +281,32 @@ ${report.command}
 
 ## Results
 
-Throughput counts successful answers (HTTP 2xx, or pgbench transactions) per second; p50 and
-p99 are the latencies of those answers as the load generator saw them. Errors are non-2xx
-answers plus socket errors and timeouts (pgbench: failed transactions plus aborted clients).
-Peak RSS is the largest VmRSS of the server process sampled every 100 ms while measured. CPU is
-in cores' worth used while measured (1.00 = one core busy the whole time): the server process,
-the load generator (this harness's process running autocannon), and the whole machine.
+Throughput counts successful answers (HTTP 2xx, or pgbench transactions) per second; plants/s
+counts the plants they carry (a page of get-page carries 100). p50 and p99 are the
+latencies of those answers as the load generator saw them. Errors are non-2xx answers plus socket
+errors and timeouts (pgbench: failed transactions plus aborted clients). Peak RSS is the largest
+VmRSS of the server process sampled every 100 ms while measured. CPU is in cores' worth used
+while measured (1.00 = one core busy the whole time): the server process, the load generator
+(this harness's process running autocannon), and the whole machine; per answer, it is in
+microseconds of the server process and of the whole machine (load generator and PostgreSQL
+included), the figure that holds still on a shared machine where throughput does not.
 
 ${markdownTable(TABLE_HEADER, tableRows(report.runs))}
 
 Throughput of the service relative to the other targets, per concurrency level:
 
 ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
+${
+  webhookRows(report.runs).length === 0
+    ? ''
+    : `
+The newPlant webhook of service+webhooks: plants it stored (warm-up included), plants its
+receiver got, deliveries beyond the first, and the time from each plant's \`created_at\` (the
+start of its transaction, a little before its commit) to its first delivery's arrival:
 
+${markdownTable(WEBHOOK_HEADER, webhookRows(report.runs), 0)}
+`
+}
 ![Throughput and p99 latency against connections](${chartFile})
 
 ## What each target is
@@ -218,6 +316,9 @@ ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
   (the server's own \`synchronous_commit\` and \`fsync\`, listed below; the harness changes
   neither). Every request is \`POST /plants\` with a new id
   (\`{"id": <per-run random base + counter>, "name": "Monstera deliciosa", "tag": "aroid"}\`).
+- **service+webhooks**: the same service with the newPlant webhook on (\`WEBHOOK_URLS\` one
+  receiver on loopback, \`bench/receiver.ts\` in a process of its own, answering 200 at once):
+  every create also writes its event in the same statement, and the service delivers it.
 - **service-unbatched**: the same service with coalescing switched off
   (\`WRITE_BATCH_MAX=1\`, \`WRITE_CONCURRENCY\` equal to the pool): one INSERT and one commit per
   request, as an everyday service does. The service's advantage over it is what coalescing buys.
@@ -229,10 +330,16 @@ ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
   ... on conflict (id) do nothing returning name, tag\`, prepared, a random int64 id per
   transaction, one transaction per statement), with as many clients as the level has
   connections. It bounds what the database can commit on this machine.
+- **get-by-id**: the service as shipped answering \`GET /plants/{id}\` for a stored plant chosen
+  at random; reads that arrive together share one \`select ... where id = any($1)\`.
+- **get-by-id-unbatched**: the same with \`READ_BATCH_MAX=1\` (\`READ_CONCURRENCY\` equal to the
+  pool): one SELECT per read. The difference is what coalescing buys reads.
+- **get-page**: the service as shipped answering \`GET /plants?limit=100&after=<a stored id>\`,
+  a full page of 100 plants each time (one index range scan per page).
 
 Each target runs in its own process, started afresh for every level, with a warm-up that is
 not counted; the levels alternate the targets (every target at one level,
-then the next level), so slow drifts of the machine touch them all alike. All three share
+then the next level), so slow drifts of the machine touch them all alike. All of them share
 this machine's ${report.machine.cores} cores with the load generator and PostgreSQL, so none of
 them has the machine to itself: the figures compare the targets with each other here, not
 with a deployment where the database and the clients run elsewhere.

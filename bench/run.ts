@@ -1,7 +1,10 @@
 // `npm run bench`: the service, the same HTTP app without a database (http-ceiling) and pgbench
 // running the service's INSERT, at each concurrency level, against a database of its own on the
-// PostgreSQL at BENCH_DATABASE_URL. Prints a table and writes bench/results/latest.{json,md,svg}.
+// PostgreSQL at BENCH_DATABASE_URL; then the service's reads (by id and a page at a time) of the
+// plants stored there. Prints a table and writes bench/results/latest.{json,md,svg}.
+import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import {
   closeSync,
   mkdirSync,
@@ -18,7 +21,7 @@ import pg from 'pg';
 import { chartSvg } from './chart.js';
 import { cleanUpOnExit } from './cleanup.js';
 import { commandLine, gitRevision, packageVersion } from './facts.js';
-import { runHttpLoad } from './http-load.js';
+import { type LoadRequests, runHttpLoad } from './http-load.js';
 import {
   type BenchOptions,
   pgbenchJobsFor,
@@ -53,11 +56,16 @@ import {
   TABLE_HEADER,
   tableRows,
   textTable,
+  WEBHOOK_HEADER,
+  type WebhookFigures,
+  webhookRows,
 } from './report.js';
 
 const PLANT_NAME = 'Monstera deliciosa';
 const PLANT_TAG = 'aroid';
 const START_TIMEOUT_MS = 30_000;
+/** The `limit` of the get-page target's requests. */
+const PAGE_SIZE = 100;
 
 /** A target that could not be brought up: the harness exits non-zero. */
 class StartError extends Error {
@@ -69,6 +77,12 @@ const { scratch, abort, runAndExit } = cleanUpOnExit('bench', say);
 
 // ---- the targets ----
 
+/** The plants stored for the read targets: ids step, 2·step, … count·step, spread over int64. */
+interface StoredPlants {
+  count: number;
+  step: bigint;
+}
+
 interface Session {
   options: BenchOptions;
   admin: pg.Client;
@@ -76,8 +90,11 @@ interface Session {
   work: string;
   token: string;
   nextBody: () => string;
+  stored: StoredPlants;
   notes: Set<string>;
 }
+
+type HttpTarget = Exclude<Target, 'pgbench'>;
 
 /** Ids never repeat: a random 62-bit base per run plus a counter, well inside int64. */
 function plantBodies(): () => string {
@@ -86,7 +103,154 @@ function plantBodies(): () => string {
   return () => `{"id":${base + counter++},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
 }
 
+/** Stores `count` plants (and fresh statistics) for the read targets. */
+async function storePlantsToRead(databaseUrl: string, count: number): Promise<StoredPlants> {
+  const step = (2n ** 63n - 1n) / BigInt(count);
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query(
+      `insert into plants (id, name, tag)
+         select g * $2::int8, $3, $4 from generate_series(1, $1::int) g`,
+      [count, String(step), PLANT_NAME, PLANT_TAG],
+    );
+    await client.query('vacuum analyze plants');
+  } finally {
+    await client.end();
+  }
+  return { count, step };
+}
+
+const randomBelow = (n: number) => BigInt(Math.floor(Math.random() * n));
+
+/** What the target's requests are: creates of new plants, or reads of the stored ones. */
+function requestsOf(session: Session, target: HttpTarget): LoadRequests {
+  const { count, step } = session.stored;
+  if (target === 'get-by-id' || target === 'get-by-id-unbatched') {
+    return { nextGetPath: () => `/plants/${(randomBelow(count) + 1n) * step}` };
+  }
+  if (target === 'get-page') {
+    // Every page is full: at least PAGE_SIZE stored plants follow `after`.
+    const afters = count - PAGE_SIZE + 1;
+    return { nextGetPath: () => `/plants?limit=${PAGE_SIZE}&after=${randomBelow(afters) * step}` };
+  }
+  return { nextBody: session.nextBody };
+}
+
+const isCreateTarget = (target: HttpTarget) =>
+  target === 'service' ||
+  target === 'service+webhooks' ||
+  target === 'service-unbatched' ||
+  target === 'http-ceiling';
+
+// ---- the webhook receiver of service+webhooks ----
+
+const BENCH_WEBHOOK_SECRET = `whsec_${randomBytes(32).toString('base64')}`;
+
+interface WebhookReceiver {
+  url: string;
+  pid: number;
+  report(): Promise<{ requests: number; arrivals: Array<[string, number]> }>;
+  stop(): Promise<void>;
+}
+
+/** bench/receiver.ts in a process of its own, so its CPU is not the load generator's. */
+async function startWebhookReceiver(): Promise<WebhookReceiver> {
+  const child: ChildProcess = fork(join(benchBuildFolder, 'receiver.js'), [], {
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+  const [{ port }] = (await once(child, 'message')) as [{ port: number }];
+  return {
+    url: `http://127.0.0.1:${port}/webhooks/plants`,
+    pid: child.pid as number,
+    async report() {
+      const answer = once(child, 'message');
+      child.send('report');
+      return (await answer)[0];
+    },
+    async stop() {
+      child.disconnect();
+      if (child.exitCode === null) await once(child, 'exit');
+    },
+  };
+}
+
+const quantile = (sorted: number[], q: number) =>
+  sorted.length === 0
+    ? null
+    : (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? null);
+
+/**
+ * Waits until every plant the target stored since `sinceMs` was delivered (up to 30 s), then
+ * measures commit-to-delivery: from the plant's created_at (the start of its transaction, a
+ * little before the commit) to the first delivery's arrival at the receiver.
+ */
+async function measureDeliveries(
+  session: Session,
+  receiver: WebhookReceiver,
+  sinceMs: number,
+): Promise<WebhookFigures> {
+  const client = new pg.Client({ connectionString: session.databaseUrl });
+  await client.connect();
+  try {
+    const read = async () =>
+      (
+        await client.query<{ id: string; created_ms: number }>(
+          `select id::text as id, (extract(epoch from created_at) * 1000)::float8 as created_ms
+             from plants where created_at >= to_timestamp($1::float8 / 1000)`,
+          [sinceMs],
+        )
+      ).rows;
+    const deadline = Date.now() + 30_000;
+    let plants = await read();
+    let report = await receiver.report();
+    while (report.arrivals.length < plants.length && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      plants = await read();
+      report = await receiver.report();
+    }
+    const arrivals = new Map(report.arrivals);
+    const latencies: number[] = [];
+    for (const plant of plants) {
+      const arrived = arrivals.get(plant.id);
+      if (arrived !== undefined) latencies.push(arrived - plant.created_ms);
+    }
+    latencies.sort((a, b) => a - b);
+    const delivered = latencies.length;
+    return {
+      plants: plants.length,
+      delivered,
+      undelivered: plants.length - delivered,
+      duplicates: report.requests - report.arrivals.length,
+      p50Ms: quantile(latencies, 0.5),
+      p99Ms: quantile(latencies, 0.99),
+      maxMs: latencies.at(-1) ?? null,
+      withinOneSecond:
+        delivered === 0 ? null : latencies.filter((ms) => ms <= 1000).length / plants.length,
+    };
+  } finally {
+    await client.end();
+  }
+}
+
+/** The environment that makes the service the target, beside the common one. */
+function targetEnvironment(target: HttpTarget): Record<string, string> {
+  // One statement per request: as many in flight as the pool has connections (its default).
+  if (target === 'service-unbatched') return { WRITE_BATCH_MAX: '1', WRITE_CONCURRENCY: '10' };
+  if (target === 'get-by-id-unbatched') return { READ_BATCH_MAX: '1', READ_CONCURRENCY: '10' };
+  return {};
+}
+
 async function checkpoint(session: Session): Promise<void> {
+  // The rows earlier runs inserted are vacuumed and analysed now, not by an autovacuum that
+  // starts during the next run and takes its cores.
+  const bench = new pg.Client({ connectionString: session.databaseUrl });
+  await bench.connect();
+  try {
+    await bench.query('vacuum analyze plants');
+  } finally {
+    await bench.end();
+  }
   // Dirty pages from the previous run are written now rather than during the next one.
   try {
     await session.admin.query('checkpoint');
@@ -108,15 +272,36 @@ async function waitForServer(child: Child, logFile: string, errorFile: string): 
   }
 }
 
-/** One request before the load: the token, the body and the answer are what the load expects. */
-async function checkAnswers(baseUrl: string, session: Session, target: Target): Promise<void> {
+/** One request before the load: the token, the request and the answer are what the load expects. */
+async function checkAnswers(baseUrl: string, session: Session, target: HttpTarget): Promise<void> {
   if (target !== 'http-ceiling') {
     const ready = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(10_000) });
     if (ready.status !== 200) throw new StartError(`/readyz answered ${ready.status}`);
   }
+  const authorization = `Bearer ${session.token}`;
+  if (!isCreateTarget(target)) {
+    const { step } = session.stored;
+    const path = target === 'get-page' ? `/plants?limit=${PAGE_SIZE}&after=0` : `/plants/${step}`;
+    const response = await fetch(`${baseUrl}${path}`, {
+      headers: { authorization },
+      signal: AbortSignal.timeout(10_000),
+    });
+    const text = await response.text();
+    const expected = `{"id":${step},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
+    // The creates of the other targets land between the stored plants: count, do not compare.
+    const rows = text.split(`"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`).length - 1;
+    const right =
+      target === 'get-page'
+        ? rows === PAGE_SIZE && response.headers.has('link')
+        : text === expected;
+    if (response.status !== 200 || !right) {
+      throw new StartError(`GET ${path} answered ${response.status} ${text.slice(0, 200)}`);
+    }
+    return;
+  }
   const response = await fetch(`${baseUrl}/plants`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${session.token}`, 'content-type': 'application/json' },
+    headers: { authorization, 'content-type': 'application/json' },
     body: session.nextBody(),
     signal: AbortSignal.timeout(10_000),
   });
@@ -135,7 +320,7 @@ function countLines(file: string): number {
 
 async function runHttpTarget(
   session: Session,
-  target: 'service' | 'service-unbatched' | 'http-ceiling',
+  target: HttpTarget,
   connections: number,
 ): Promise<RunResult> {
   const { options } = session;
@@ -147,6 +332,8 @@ async function runHttpTarget(
     target === 'http-ceiling'
       ? join(benchBuildFolder, 'ceiling.js')
       : join(distFolder, 'server.js');
+  const receiver = target === 'service+webhooks' ? await startWebhookReceiver() : undefined;
+  const startedAtMs = Date.now();
   let child: Child;
   try {
     child = spawnChild(target, process.execPath, [entry], {
@@ -159,8 +346,10 @@ async function runHttpTarget(
         HOST: '127.0.0.1',
         PORT: '0',
         LOG_LEVEL: 'info',
-        // One INSERT per request: as many in flight as the pool has connections (its default).
-        ...(target === 'service-unbatched' && { WRITE_BATCH_MAX: '1', WRITE_CONCURRENCY: '10' }),
+        // Nothing load-balances here: stop at once.
+        SHUTDOWN_DELAY_MS: '0',
+        ...targetEnvironment(target),
+        ...(receiver && { WEBHOOK_URLS: receiver.url, WEBHOOK_SECRET: BENCH_WEBHOOK_SECRET }),
       },
       // The request log goes to a file: the kernel drains it, not the load generator's core.
       stdio: ['ignore', stdout, stderr],
@@ -177,10 +366,10 @@ async function runHttpTarget(
     await checkAnswers(baseUrl, session, target);
     await checkpoint(session);
     const load = {
+      ...requestsOf(session, target),
       baseUrl,
       connections,
       token: session.token,
-      nextBody: session.nextBody,
       signal: abort.signal,
     };
     if (options.warmupSeconds > 0) {
@@ -188,6 +377,7 @@ async function runHttpTarget(
     }
 
     const serverCpuBefore = readProcessCpuSeconds(child.pid);
+    const receiverCpuBefore = receiver && readProcessCpuSeconds(receiver.pid);
     const machineBefore = readMachineCpuSeconds();
     const ownBefore = process.cpuUsage();
     const startedAt = performance.now();
@@ -196,6 +386,7 @@ async function runHttpTarget(
     const peakRssBytes = memory.stop();
     const seconds = (performance.now() - startedAt) / 1000;
     const serverCpuAfter = readProcessCpuSeconds(child.pid);
+    const receiverCpuAfter = receiver && readProcessCpuSeconds(receiver.pid);
     const machineAfter = readMachineCpuSeconds();
     const own = process.cpuUsage(ownBefore);
 
@@ -204,6 +395,8 @@ async function runHttpTarget(
         `the server exited during the run with ${describeExit(child.exit)}:\n${tailOf(errorFile)}`,
       );
     }
+    // Before the service stops: what it still has to deliver, it delivers.
+    const webhooks = receiver && (await measureDeliveries(session, receiver, startedAtMs));
     const exit = await stopChild(child);
     const cpu: CpuUse = {
       loadGenerator: (own.user + own.system) / 1e6 / seconds,
@@ -234,10 +427,18 @@ async function runHttpTarget(
       cpu,
       logLines: countLines(logFile),
     };
+    if (target === 'get-page') run.rowsPerAnswer = PAGE_SIZE;
+    if (webhooks) {
+      run.webhooks = webhooks;
+      if (receiverCpuBefore !== undefined && receiverCpuAfter !== undefined) {
+        webhooks.receiverCpu = (receiverCpuAfter - receiverCpuBefore) / seconds;
+      }
+    }
     if (exit.code !== 0) run.note = `the server stopped with ${describeExit(exit)}`;
     return run;
   } finally {
     await stopChild(child);
+    await receiver?.stop();
     rmSync(logFile, { force: true });
     rmSync(errorFile, { force: true });
   }
@@ -365,6 +566,14 @@ async function benchmark(options: BenchOptions): Promise<number> {
       }
     }
 
+    let stored: StoredPlants = { count: 0, step: 1n };
+    if (targets.some((target) => target.startsWith('get-'))) {
+      say(`storing ${options.readPlants} plants for the read targets`);
+      stored = await storePlantsToRead(databaseUrl, options.readPlants);
+      notes.add(
+        `The read targets read ${options.readPlants} plants stored before the first run, with ids spread over int64 (${stored.step} apart, up to ${BigInt(stored.count) * stored.step}); get-by-id asks for one at random, get-page for the ${PAGE_SIZE} after one at random, so every page is full. The creates of the other targets add to the same table.`,
+      );
+    }
     const session: Session = {
       options,
       admin,
@@ -372,6 +581,7 @@ async function benchmark(options: BenchOptions): Promise<number> {
       work: workFolder,
       token: randomBytes(32).toString('base64url'),
       nextBody: plantBodies(),
+      stored,
       notes,
     };
     const perRun = options.warmupSeconds + options.durationSeconds + 2;
@@ -429,7 +639,7 @@ async function benchmark(options: BenchOptions): Promise<number> {
       'The service and http-ceiling write their request log (pino, JSON lines, info level) to a file; the log line count of each run is in latest.json.',
     );
     notes.add(
-      "A CHECKPOINT precedes each run's warm-up, so no run pays for writing out the pages an earlier run dirtied, and the warm-up rather than the measurement takes the burst of full-page writes that follows a checkpoint.",
+      "A VACUUM ANALYZE of the plants and a CHECKPOINT precede each run's warm-up, so no run pays for vacuuming or writing out what an earlier run inserted, and the warm-up rather than the measurement takes the burst of full-page writes that follows a checkpoint.",
     );
     const report: BenchReport = {
       date: startedAt.toISOString(),
@@ -453,7 +663,8 @@ async function benchmark(options: BenchOptions): Promise<number> {
         'pgbench jobs': options.pgbenchJobs ?? `min(clients, ${availableParallelism()})`,
         'pipelining (autocannon)': 1,
         'service environment':
-          'DATABASE_URL, API_TOKENS (a fresh token), HOST=127.0.0.1, PORT=0, LOG_LEVEL=info; everything else (DB_POOL_MAX, timeouts) at the service defaults',
+          'DATABASE_URL, API_TOKENS (a fresh token), HOST=127.0.0.1, PORT=0, LOG_LEVEL=info; everything else (DB_POOL_MAX, timeouts, batching) at the service defaults, but for the unbatched targets',
+        'plants stored for the read targets': options.readPlants,
       },
       postgres,
       runs,
@@ -470,6 +681,8 @@ async function benchmark(options: BenchOptions): Promise<number> {
 function writeResults(report: BenchReport, levels: number[]): void {
   say(`\n${textTable(TABLE_HEADER, tableRows(report.runs))}`);
   say(`\n${textTable(RATIO_HEADER, ratioRows(report.ratios), 0)}`);
+  const webhooks = webhookRows(report.runs);
+  if (webhooks.length > 0) say(`\n${textTable(WEBHOOK_HEADER, webhooks, 1)}`);
   mkdirSync(resultsFolder, { recursive: true });
   const files = {
     json: join(resultsFolder, 'latest.json'),

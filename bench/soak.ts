@@ -283,6 +283,8 @@ async function soak(options: SoakOptions): Promise<number> {
           API_TOKENS: token,
           HOST: '127.0.0.1',
           PORT: '0',
+          // Nothing load-balances here: stop at once.
+          SHUTDOWN_DELAY_MS: '0',
         },
         // The request log goes to a file, as a container's stdout would be drained.
         stdio: ['ignore', stdout, stderr],

@@ -22,15 +22,20 @@ const EnvironmentSchema = Type.Object({
     { default: 'info' },
   ),
   MIGRATE_ON_START: Type.Boolean({ default: true }),
+  DB_POOLER: Type.Boolean({ default: false }),
   DB_POOL_MAX: integer(1, 1000, 10),
   DB_CONNECT_TIMEOUT_MS: integer(100, 600_000, 5000),
   DB_STATEMENT_TIMEOUT_MS: integer(100, 600_000, 5000),
   BODY_LIMIT: integer(64, 100 * 1024 * 1024, 65536),
   SHUTDOWN_TIMEOUT_MS: integer(0, 3_600_000, 10_000),
+  SHUTDOWN_DELAY_MS: integer(0, 3_600_000, 5000),
   JSON_MAX_DEPTH: integer(1, 1000, 32),
   WRITE_BATCH_MAX: integer(1, 10_000, 500),
   WRITE_CONCURRENCY: integer(1, 1000, 4),
   WRITE_QUEUE_MAX: integer(1, 1_000_000, 10_000),
+  READ_BATCH_MAX: integer(1, 10_000, 500),
+  READ_CONCURRENCY: integer(1, 1000, 4),
+  READ_QUEUE_MAX: integer(1, 1_000_000, 10_000),
   AUTH_FAILURE_LIMIT: integer(0, 1_000_000, 30),
   TOKEN_RATE_LIMIT: integer(0, 100_000_000, 0),
   RATE_LIMIT_WINDOW_MS: integer(1000, 86_400_000, 60_000),
@@ -39,6 +44,11 @@ const EnvironmentSchema = Type.Object({
   HTTP_REQUEST_TIMEOUT_MS: integer(1000, 3_600_000, 30_000),
   HTTP_KEEP_ALIVE_TIMEOUT_MS: integer(1000, 3_600_000, 72_000),
   METRICS_PORT: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
+  WEBHOOK_URLS: Type.Optional(Type.String()),
+  WEBHOOK_SECRET: Type.Optional(Type.String()),
+  WEBHOOK_TIMEOUT_MS: integer(100, 300_000, 15_000),
+  WEBHOOK_RETRY_SCHEDULE: Type.String({ default: '5,300,1800,7200,18000,36000,36000' }),
+  WEBHOOK_CONCURRENCY: integer(1, 10_000, 64),
 });
 type Environment = Static<typeof EnvironmentSchema>;
 
@@ -51,11 +61,15 @@ export interface Config {
   apiTokens: string[];
   logLevel: (typeof logLevels)[number];
   migrateOnStart: boolean;
+  /** DATABASE_URL leads to a connection pooler (PgBouncer in transaction mode and the like). */
+  dbPooler: boolean;
   dbPoolMax: number;
   dbConnectTimeoutMs: number;
   dbStatementTimeoutMs: number;
   bodyLimit: number;
   shutdownTimeoutMs: number;
+  /** On SIGTERM, how long /readyz answers 503 while requests are still served, before draining. */
+  shutdownDelayMs: number;
   jsonMaxDepth: number;
   /** The most creates one INSERT carries. */
   writeBatchMax: number;
@@ -63,6 +77,12 @@ export interface Config {
   writeConcurrency: number;
   /** Creates that may wait for an INSERT before the service answers 503. */
   writeQueueMax: number;
+  /** The most reads by id one SELECT carries. */
+  readBatchMax: number;
+  /** SELECTs of reads by id in flight at once (at most DB_POOL_MAX). */
+  readConcurrency: number;
+  /** Reads by id that may wait for a SELECT before the service answers 503. */
+  readQueueMax: number;
   /** Failed authentications per client address and window before 429; 0 switches it off. */
   authFailureLimit: number;
   /** Requests per token and window before 429; 0 switches it off. */
@@ -75,6 +95,21 @@ export interface Config {
   httpKeepAliveTimeoutMs: number;
   /** Serve /metrics on this port instead of the main one. */
   metricsPort: number | undefined;
+  /** The newPlant webhook; undefined when WEBHOOK_URLS is not set. */
+  webhooks: WebhookConfig | undefined;
+}
+
+export interface WebhookConfig {
+  /** The subscribers, each sent every new plant. */
+  urls: string[];
+  /** `whsec_` and the base64 of the signing key. Never logged. */
+  secret: string;
+  /** An attempt's time limit. */
+  timeoutMs: number;
+  /** Seconds to wait after each failed attempt; after the last one, the delivery fails. */
+  retrySchedule: number[];
+  /** Attempts in flight at once, per URL, in one process. */
+  concurrency: number;
 }
 
 /** A configuration problem; the message names the variable. */
@@ -186,6 +221,78 @@ function readTokens(environment: Environment): string[] {
   return tokens;
 }
 
+function parseWebhookUrls(value: string): string[] {
+  const urls: string[] = [];
+  for (const entry of value.split(',').map((item) => item.trim())) {
+    if (entry === '') continue;
+    const url = URL.canParse(entry) ? new URL(entry) : undefined;
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+      throw new ConfigError(
+        'WEBHOOK_URLS must be a comma-separated list of http:// or https:// URLs',
+      );
+    }
+    if (url.username !== '' || url.password !== '') {
+      throw new ConfigError('WEBHOOK_URLS must not carry credentials (user:password@) in a URL');
+    }
+    url.hash = '';
+    if (urls.includes(url.href)) throw new ConfigError('WEBHOOK_URLS lists a URL twice');
+    urls.push(url.href);
+  }
+  if (urls.length === 0) {
+    throw new ConfigError(
+      'WEBHOOK_URLS must be a comma-separated list of http:// or https:// URLs',
+    );
+  }
+  return urls;
+}
+
+const webhookSecretPattern =
+  /^whsec_(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function parseWebhookSecret(value: string): string {
+  if (!webhookSecretPattern.test(value) || value.length === 'whsec_'.length) {
+    throw new ConfigError('WEBHOOK_SECRET must be whsec_ followed by a base64-encoded key');
+  }
+  return value;
+}
+
+const retrySeconds = /^\d{1,6}(\.\d{1,3})?$/;
+
+function parseRetrySchedule(value: string): number[] {
+  const steps = value.split(',').map((item) => item.trim());
+  if (
+    steps.length > 100 ||
+    !steps.every((step) => retrySeconds.test(step) && Number(step) <= 604_800)
+  ) {
+    throw new ConfigError(
+      'WEBHOOK_RETRY_SCHEDULE must be a comma-separated list of at most 100 delays in seconds (0 to 604800)',
+    );
+  }
+  return steps.map(Number);
+}
+
+function readWebhooks(environment: Environment): WebhookConfig | undefined {
+  const secret =
+    environment.WEBHOOK_SECRET === undefined
+      ? undefined
+      : parseWebhookSecret(environment.WEBHOOK_SECRET);
+  const retrySchedule = parseRetrySchedule(environment.WEBHOOK_RETRY_SCHEDULE);
+  if (environment.WEBHOOK_URLS === undefined) return undefined;
+  const urls = parseWebhookUrls(environment.WEBHOOK_URLS);
+  if (secret === undefined) {
+    throw new ConfigError(
+      'WEBHOOK_SECRET must be set when WEBHOOK_URLS is (whsec_ followed by a base64-encoded key)',
+    );
+  }
+  return {
+    urls,
+    secret,
+    timeoutMs: environment.WEBHOOK_TIMEOUT_MS,
+    retrySchedule,
+    concurrency: environment.WEBHOOK_CONCURRENCY,
+  };
+}
+
 export interface LoadConfigOptions {
   /** The server refuses to start without a token; the migration command needs none. */
   requireTokens?: boolean;
@@ -194,8 +301,12 @@ export interface LoadConfigOptions {
 export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}): Config {
   const environment = readEnvironment(env);
   const apiTokens = readTokens(environment);
+  const webhooks = readWebhooks(environment);
   if (environment.METRICS_PORT !== undefined && environment.METRICS_PORT === environment.PORT) {
     throw new ConfigError('METRICS_PORT must differ from PORT');
+  }
+  if (environment.DB_POOLER && environment.DATABASE_URL === undefined) {
+    throw new ConfigError('DB_POOLER needs DATABASE_URL: the embedded engine has no pooler');
   }
   if ((options.requireTokens ?? true) && apiTokens.length === 0) {
     throw new ConfigError(
@@ -210,15 +321,20 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     apiTokens,
     logLevel: environment.LOG_LEVEL,
     migrateOnStart: environment.MIGRATE_ON_START,
+    dbPooler: environment.DB_POOLER,
     dbPoolMax: environment.DB_POOL_MAX,
     dbConnectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,
     dbStatementTimeoutMs: environment.DB_STATEMENT_TIMEOUT_MS,
     bodyLimit: environment.BODY_LIMIT,
     shutdownTimeoutMs: environment.SHUTDOWN_TIMEOUT_MS,
+    shutdownDelayMs: environment.SHUTDOWN_DELAY_MS,
     jsonMaxDepth: environment.JSON_MAX_DEPTH,
     writeBatchMax: environment.WRITE_BATCH_MAX,
     writeConcurrency: Math.min(environment.WRITE_CONCURRENCY, environment.DB_POOL_MAX),
     writeQueueMax: environment.WRITE_QUEUE_MAX,
+    readBatchMax: environment.READ_BATCH_MAX,
+    readConcurrency: Math.min(environment.READ_CONCURRENCY, environment.DB_POOL_MAX),
+    readQueueMax: environment.READ_QUEUE_MAX,
     authFailureLimit: environment.AUTH_FAILURE_LIMIT,
     tokenRateLimit: environment.TOKEN_RATE_LIMIT,
     rateLimitWindowMs: environment.RATE_LIMIT_WINDOW_MS,
@@ -227,5 +343,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     httpRequestTimeoutMs: environment.HTTP_REQUEST_TIMEOUT_MS,
     httpKeepAliveTimeoutMs: environment.HTTP_KEEP_ALIVE_TIMEOUT_MS,
     metricsPort: environment.METRICS_PORT,
+    webhooks,
   };
 }

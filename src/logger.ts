@@ -11,6 +11,8 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
           'request.headers.authorization',
           'headers.authorization',
           'config.apiTokens',
+          'config.webhooks.secret',
+          'webhooks.secret',
         ],
         censor: '[redacted]',
       },

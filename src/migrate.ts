@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.js';
 import { openDatabase } from './db/client.js';
+import { describeMigrations } from './db/migrate.js';
 import { createLogger } from './logger.js';
 
 // Applies pending migrations and exits: `npm run db:migrate`, or a one-shot deploy job.
@@ -9,6 +10,7 @@ try {
   try {
     const database = await openDatabase({
       url: config.databaseUrl,
+      pooler: config.dbPooler,
       dataDir: config.dataDir,
       poolMax: 1,
       connectTimeoutMs: config.dbConnectTimeoutMs,
@@ -16,8 +18,8 @@ try {
       onIdleError: () => {},
     });
     try {
-      await database.migrate();
-      logger.info(`the schema of ${database.description} is up to date`);
+      const applied = await database.migrate();
+      logger.info({ migrations: applied }, describeMigrations(applied, database.description));
     } finally {
       await database.close();
     }

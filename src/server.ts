@@ -1,12 +1,21 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
-import { type AppDatabase, openDatabase } from './db/client.js';
-import { isDatabaseUnavailable } from './db/errors.js';
-import { latestMigrationMillis, schemaStatus } from './db/migrate.js';
+import {
+  type AppDatabase,
+  type DatabaseOptions,
+  describeDatabase,
+  openDatabase,
+} from './db/client.js';
+import { DataDirInUseError, isDatabaseUnavailable } from './db/errors.js';
+import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
+import { HttpError } from './http/errors.js';
 import { createMetrics, startMetricsServer } from './http/metrics.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
+import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
+import { createWebhookMetrics } from './webhooks/metrics.js';
+import { createOutbox } from './webhooks/outbox.js';
 
 function readConfig(): Config {
   try {
@@ -24,14 +33,31 @@ let database: AppDatabase | undefined;
 let repository: PlantRepository | undefined;
 let app: FastifyInstance | undefined;
 let metricsServer: FastifyInstance | undefined;
+let dispatcher: Dispatcher | undefined;
 let stopping = false;
+let stopSignalAt = 0;
+
+// Ctrl-C, or a kill of the process group, reaches npm too, which passes the signal on: a second
+// delivery this soon is the same request to stop, not a second one.
+const SAME_STOP_REQUEST_MS = 1000;
+
+// Node's default (511) drops connections when thousands arrive at once; the kernel caps it at
+// net.core.somaxconn.
+const LISTEN_BACKLOG = 4096;
 
 async function stop(signal: NodeJS.Signals): Promise<void> {
   if (stopping) {
+    if (performance.now() - stopSignalAt < SAME_STOP_REQUEST_MS) return;
     logger.warn({ signal }, 'second signal: exiting without waiting');
     process.exit(1);
   }
   stopping = true;
+  stopSignalAt = performance.now();
+  // Orchestrators stop with SIGTERM: serve on, not ready, until the load balancer has noticed.
+  if (signal === 'SIGTERM' && config.shutdownDelayMs > 0 && app?.server.listening) {
+    logger.info({ signal, delayMs: config.shutdownDelayMs }, 'shutting down: not ready, serving');
+    await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
+  }
   logger.info({ signal }, 'shutting down: finishing in-flight requests');
   setTimeout(() => {
     logger.error({ graceMs: config.shutdownTimeoutMs }, 'grace period expired: exiting');
@@ -41,6 +67,8 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
     await app?.close();
     await metricsServer?.close();
     await repository?.drain();
+    // Attempts in flight get half the grace period; the rest are given back to other replicas.
+    await dispatcher?.stop(config.shutdownTimeoutMs / 2);
     await database?.close();
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
@@ -52,57 +80,113 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
 
-/** Retries `attempt` while the database is unreachable (it may still be starting). */
-async function whenDatabaseAnswers(what: string, attempt: () => Promise<void>): Promise<void> {
-  const deadline = Date.now() + 60_000;
+/**
+ * Retries `attempt` while the database is unreachable (it may still be starting), for as long
+ * as it takes: meanwhile /healthz answers 200, /readyz and the API 503 with Retry-After.
+ */
+async function whenDatabaseAnswers<T>(what: string, attempt: () => Promise<T>): Promise<T> {
   for (let delay = 250; ; delay = Math.min(delay * 2, 5000)) {
     try {
       return await attempt();
     } catch (error) {
-      if (!isDatabaseUnavailable(error) || Date.now() + delay > deadline || stopping) throw error;
-      logger.warn({ err: error, retryInMs: delay }, `${what}: the database is not reachable yet`);
+      if (!isDatabaseUnavailable(error) || stopping) throw error;
+      const cause = error instanceof Error ? error.message : String(error);
+      logger.warn(
+        { cause, retryInMs: delay },
+        `${what}: the database is not reachable yet (${cause}); retrying in ${delay} ms`,
+      );
       await new Promise((resolve) => setTimeout(resolve, delay));
     }
   }
 }
 
-try {
-  const db = await openDatabase({
-    url: config.databaseUrl,
-    dataDir: config.dataDir,
-    poolMax: config.dbPoolMax,
-    connectTimeoutMs: config.dbConnectTimeoutMs,
-    statementTimeoutMs: config.dbStatementTimeoutMs,
-    onIdleError: (error) => logger.warn({ err: error }, 'an idle database connection failed'),
-  });
-  database = db;
-  logger.info(
-    { engine: db.engine },
-    db.engine === 'pglite'
-      ? `using ${db.description}: for local runs, demos and tests; set DATABASE_URL to use a PostgreSQL server`
-      : `using ${db.description}`,
-  );
-  if (config.migrateOnStart) {
-    await whenDatabaseAnswers('migrating', () => db.migrate());
-    logger.info('database schema is up to date');
+const idle = { queued: 0, inFlight: 0 };
+
+const databaseOptions: DatabaseOptions = {
+  url: config.databaseUrl,
+  pooler: config.dbPooler,
+  dataDir: config.dataDir,
+  poolMax: config.dbPoolMax,
+  connectTimeoutMs: config.dbConnectTimeoutMs,
+  statementTimeoutMs: config.dbStatementTimeoutMs,
+  onIdleError: (error) => logger.warn({ err: error }, 'an idle database connection failed'),
+};
+
+/**
+ * The plant store as the routes see it: the repository once the database is open and migrated;
+ * until then (the service listens first) every call answers 503 with Retry-After.
+ */
+function plantsOnceStarted(): PlantRepository {
+  const starting = async (): Promise<never> => {
+    throw new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
+  };
+  const notYet: PlantRepository = {
+    createPlant: starting,
+    getPlant: starting,
+    listPlants: starting,
+    deletePlant: starting,
+    drain: async () => {},
+    stats: () => ({ writes: idle, reads: idle }),
+  };
+  const plants = () => repository ?? notYet;
+  return {
+    createPlant: (plant) => plants().createPlant(plant),
+    getPlant: (id) => plants().getPlant(id),
+    listPlants: (page) => plants().listPlants(page),
+    deletePlant: (id) => plants().deletePlant(id),
+    drain: () => plants().drain(),
+    stats: () => plants().stats(),
+  };
+}
+
+/**
+ * One line for a failure to start that the operator can put right (the port or the data
+ * directory taken, a server that refuses the credentials); undefined for anything else.
+ */
+function refusalOf(error: unknown): string | undefined {
+  if (error instanceof DataDirInUseError) {
+    return `${error.message}: one process at a time can use an embedded database; stop the other service or set another DATA_DIR`;
   }
-  const latestMillis = latestMigrationMillis();
-  const writes = createPlantRepository(db.db, {
-    maxBatchSize: config.writeBatchMax,
-    maxConcurrentBatches: config.writeConcurrency,
-    maxQueued: config.writeQueueMax,
-    onBatch: (size) => metrics.observeBatch(size),
+  const { code, syscall, path, message } = error as NodeJS.ErrnoException;
+  if (syscall === 'listen' && code === 'EADDRINUSE') {
+    return `port ${config.port} on ${config.host} is in use by another process; stop it or set PORT`;
+  }
+  if (syscall === 'listen' && code === 'EACCES') {
+    return `this user may not listen on port ${config.port}; set PORT to 1024 or above`;
+  }
+  if (path !== undefined && (code === 'EACCES' || code === 'EPERM' || code === 'EROFS')) {
+    return `the data directory ${config.dataDir} cannot be written (${code} on ${path}); mount a writable directory there, set DATA_DIR to one, or set DATABASE_URL`;
+  }
+  // Wrong credentials, no such database or role: the server answered, and will answer the same.
+  if (code === '28P01' || code === '28000' || code === '3D000') {
+    return `${describeDatabase(databaseOptions).description} refused the connection: ${message}`;
+  }
+  return undefined;
+}
+
+async function start(): Promise<void> {
+  const metrics = createMetrics({
+    pool:
+      config.databaseUrl === undefined
+        ? undefined
+        : () => database?.poolStats?.() ?? { total: 0, idle: 0, waiting: 0 },
+    writes: () => repository?.stats().writes ?? idle,
+    reads: () => repository?.stats().reads ?? idle,
   });
-  const metrics = createMetrics({ pool: db.poolStats, writes: writes.stats });
-  repository = writes;
+  const latestMillis = latestMigrationMillis();
   app = await buildApp({
     config,
     logger,
-    repository,
-    checkReadiness: () => schemaStatus(db.db, latestMillis),
+    repository: plantsOnceStarted(),
+    checkReadiness: async () =>
+      database && repository ? schemaStatus(database.db, latestMillis) : 'starting',
+    isStopping: () => stopping,
     metrics,
   });
-  if (!stopping) await app.listen({ port: config.port, host: config.host });
+  // Listen first: probes get their answers while the database opens, which can take seconds.
+  if (!stopping) {
+    await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
+  }
   if (!stopping && config.metricsPort !== undefined) {
     metricsServer = await startMetricsServer(metrics, {
       port: config.metricsPort,
@@ -110,8 +194,69 @@ try {
       logger,
     });
   }
+
+  const { engine, description, creating } = describeDatabase(databaseOptions);
+  logger.info(
+    { engine },
+    engine === 'pglite'
+      ? `${creating ? 'creating' : 'opening'} ${description}${creating ? ' (a new database takes a few seconds)' : ''}: for trying things out, local runs and tests; set DATABASE_URL to use a PostgreSQL server`
+      : `using ${description}`,
+  );
+  const db = await openDatabase(databaseOptions);
+  database = db;
+  if (config.migrateOnStart) {
+    const applied = await whenDatabaseAnswers('migrating', () => db.migrate());
+    logger.info({ migrations: applied }, describeMigrations(applied, 'the database'));
+  }
+  const webhooks = config.webhooks && {
+    ...config.webhooks,
+    outbox: createOutbox(db.db, {
+      urls: config.webhooks.urls,
+      leaseMs: leaseMsFor(config.webhooks),
+    }),
+  };
+  repository = createPlantRepository(db.db, {
+    textAsBytes: db.engine === 'pglite',
+    ...(webhooks && {
+      outbox: { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) },
+      onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
+    }),
+    writes: {
+      maxBatchSize: config.writeBatchMax,
+      maxConcurrentBatches: config.writeConcurrency,
+      maxQueued: config.writeQueueMax,
+      onBatch: (size) => metrics.observeBatch(size),
+    },
+    reads: {
+      maxBatchSize: config.readBatchMax,
+      maxConcurrentBatches: config.readConcurrency,
+      maxQueued: config.readQueueMax,
+      onBatch: (size) => metrics.observeReadBatch(size),
+    },
+  });
+  if (webhooks) {
+    dispatcher = createDispatcher({
+      db: db.db,
+      config: webhooks,
+      logger,
+      outbox: webhooks.outbox,
+      metrics: createWebhookMetrics(metrics.registry, () => webhooks.outbox.stats()),
+    });
+    if (!stopping) dispatcher.start();
+  }
+  const startupMs = Math.round(process.uptime() * 1000);
+  logger.info({ startupMs }, `started in ${startupMs} ms`);
+}
+
+try {
+  await start();
 } catch (error) {
-  logger.fatal({ err: error }, 'failed to start');
-  await database?.close().catch(() => {});
-  process.exit(1);
+  // A signal during the start: stop() is shutting down, and decides the exit code.
+  if (!stopping) {
+    const refusal = refusalOf(error);
+    if (refusal) process.stderr.write(`plant-store: cannot start: ${refusal}\n`);
+    else logger.fatal({ err: error }, 'failed to start');
+    await database?.close().catch(() => {});
+    process.exit(1);
+  }
 }

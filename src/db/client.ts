@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import type * as schema from './schema.js';
 
@@ -10,8 +12,11 @@ export interface AppDatabase {
   engine: 'postgres' | 'pglite';
   /** Which database this is and where its data lives, for the log. Never holds a password. */
   description: string;
-  /** Applies pending migrations; processes that race serialise, and the schema is applied once. */
-  migrate(): Promise<void>;
+  /**
+   * Applies pending migrations and resolves with their names; processes that race serialise,
+   * and the schema is applied once.
+   */
+  migrate(): Promise<string[]>;
   /** The connection pool's state; the embedded engine has no pool. */
   poolStats?: () => { total: number; idle: number; waiting: number };
   close(): Promise<void>;
@@ -20,12 +25,50 @@ export interface AppDatabase {
 export interface DatabaseOptions {
   /** A PostgreSQL server; when absent, the embedded engine with its data in `dataDir`. */
   url: string | undefined;
+  /** `url` leads to a connection pooler in transaction mode. */
+  pooler: boolean;
   dataDir: string;
   poolMax: number;
   connectTimeoutMs: number;
   statementTimeoutMs: number;
   /** Called when an idle server connection breaks (e.g. a database restart). */
   onIdleError: (error: Error) => void;
+}
+
+/** host:port/database of a server's connection string, without user or password. */
+export function describeServer(url: string, pooler = false): string {
+  const { hostname, port, pathname } = new URL(url);
+  const address = `${hostname || 'localhost'}:${port || '5432'}${pathname || '/'}`;
+  return `the PostgreSQL server at ${address}${pooler ? ' (through a pooler)' : ''}`;
+}
+
+/** The embedded engine with its data in `dataDir` (an absolute path), or in memory. */
+export function describeEmbedded(dataDir: string | undefined): string {
+  return dataDir === undefined
+    ? 'the embedded PostgreSQL (PGlite) in memory'
+    : `the embedded PostgreSQL (PGlite) with its data in ${dataDir}`;
+}
+
+/** What openDatabase(options) opens, told before it does: opening can take seconds. */
+export function describeDatabase(options: Pick<DatabaseOptions, 'url' | 'pooler' | 'dataDir'>): {
+  engine: AppDatabase['engine'];
+  description: string;
+  /** The embedded engine has no database in `dataDir` yet, and creates one. */
+  creating: boolean;
+} {
+  if (options.url) {
+    return {
+      engine: 'postgres',
+      description: describeServer(options.url, options.pooler),
+      creating: false,
+    };
+  }
+  const dataDir = resolve(options.dataDir);
+  return {
+    engine: 'pglite',
+    description: describeEmbedded(dataDir),
+    creating: !existsSync(join(dataDir, 'PG_VERSION')),
+  };
 }
 
 /** Opens the PostgreSQL server at `url`, or the embedded engine when there is none. */

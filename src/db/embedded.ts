@@ -2,19 +2,15 @@ import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } f
 import { join, resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle } from 'drizzle-orm/pglite';
-import { migrate } from 'drizzle-orm/pglite/migrator';
-import type { AppDatabase } from './client.js';
-import { migrationsFolder } from './migrate.js';
+import { type AppDatabase, describeEmbedded } from './client.js';
+import { DataDirInUseError } from './errors.js';
+import { applyMigrations } from './migrate.js';
 import * as schema from './schema.js';
 
 export interface EmbeddedOptions {
   /** Directory of the data; in memory (gone at exit) when undefined. */
   dataDir: string | undefined;
   statementTimeoutMs: number;
-}
-
-export class DataDirInUseError extends Error {
-  override name = 'DataDirInUseError';
 }
 
 const lockedHere = new Set<string>();
@@ -76,11 +72,8 @@ export async function openEmbedded(options: EmbeddedOptions): Promise<AppDatabas
   return {
     db,
     engine: 'pglite',
-    description:
-      dataDir === undefined
-        ? 'the embedded PostgreSQL (PGlite) in memory'
-        : `the embedded PostgreSQL (PGlite) with its data in ${dataDir}`,
-    migrate: () => migrate(db, { migrationsFolder }),
+    description: describeEmbedded(dataDir),
+    migrate: () => applyMigrations(db),
     close: () => {
       closing ??= client.close().finally(unlock);
       return closing;

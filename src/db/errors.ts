@@ -70,11 +70,11 @@ export function classifyDatabaseError(error: unknown): unknown {
     : error;
 }
 
-/** Too many creates are already waiting for the database; the caller may retry shortly. */
-export class WriteQueueFullError extends Error {
-  override name = 'WriteQueueFullError';
+/** Too many requests are already waiting for the database; the caller may retry shortly. */
+export class QueueFullError extends Error {
+  override name = 'QueueFullError';
   constructor() {
-    super('too many writes are waiting for the database');
+    super('too many requests are waiting for the database');
   }
 }
 
@@ -99,4 +99,9 @@ function sqlStateOf(error: unknown): string | undefined {
 export function isRowRejection(error: unknown): boolean {
   const state = sqlStateOf(error);
   return state !== undefined && (state.startsWith('22') || state.startsWith('23'));
+}
+
+/** The embedded engine's data directory is held by another process (or this one). */
+export class DataDirInUseError extends Error {
+  override name = 'DataDirInUseError';
 }

@@ -1,33 +1,26 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
-import type { AppDatabase } from './client.js';
-import { migrationsFolder } from './migrate.js';
+import { type AppDatabase, describeServer } from './client.js';
+import { applyMigrations } from './migrate.js';
 import * as schema from './schema.js';
 
 export interface PostgresOptions {
   url: string;
+  /** `url` leads to a connection pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor). */
+  pooler: boolean;
   poolMax: number;
   connectTimeoutMs: number;
   statementTimeoutMs: number;
   onIdleError: (error: Error) => void;
 }
 
-// Any constant works as long as every replica uses the same one: "plants" in ASCII.
-const migrationLockKey = 0x706c616e7473n;
-
-/** host:port/database of a connection string, without user or password. */
-export function describeServer(url: string): string {
-  const { hostname, port, pathname } = new URL(url);
-  return `${hostname || 'localhost'}:${port || '5432'}${pathname || '/'}`;
-}
-
 /**
- * Applies pending migrations to the server at `url`. Replicas that start together serialise on a
- * session-level advisory lock, so the schema is applied exactly once and the others find
- * nothing to do.
+ * Applies pending migrations to the server at `url`, directly or through a pooler: everything
+ * happens in one transaction under a transaction-level advisory lock, so processes that start
+ * together serialise, the schema is applied exactly once and the others find nothing to do.
  */
-export async function migratePostgres(url: string, connectTimeoutMs: number): Promise<void> {
+export async function migratePostgres(url: string, connectTimeoutMs: number): Promise<string[]> {
+  // No statement timeout: a migration may rightly take longer than any request.
   const client = new pg.Client({
     connectionString: url,
     connectionTimeoutMillis: connectTimeoutMs,
@@ -35,15 +28,81 @@ export async function migratePostgres(url: string, connectTimeoutMs: number): Pr
   });
   await client.connect();
   try {
-    await client.query('select pg_advisory_lock($1)', [migrationLockKey]);
-    try {
-      await migrate(drizzle({ client }), { migrationsFolder });
-    } finally {
-      await client.query('select pg_advisory_unlock($1)', [migrationLockKey]);
-    }
+    return await applyMigrations(drizzle({ client, schema }));
   } finally {
     await client.end();
   }
+}
+
+type QueryCallback = (error: Error | null, result?: pg.QueryResult) => void;
+
+const startsTransaction = /^\s*(begin|start\s+transaction)\b/i;
+
+/**
+ * A connection that keeps nothing between transactions, for a pooler in transaction mode that
+ * hands each transaction to whichever server connection is free:
+ * - statements are unnamed (a named prepared statement lives on one server connection only);
+ * - the statement timeout is `SET LOCAL` inside each transaction, not a startup parameter
+ *   (which poolers refuse): a statement outside a transaction is sent as
+ *   `begin; set local ...`, the statement, `commit`, pipelined, so it still costs one round trip;
+ *   an explicit `begin` gets the `set local` appended.
+ */
+export function poolerSafeClient(statementTimeoutMs: number): typeof pg.Client {
+  const setTimeoutSql = `set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`;
+  return class PoolerSafeClient extends pg.Client {
+    // biome-ignore lint/suspicious/noExplicitAny: the overloads of pg's Client.query
+    override query(config: any, values?: any, callback?: any): any {
+      if (typeof config?.submit === 'function') return super.query(config, values, callback);
+      if (typeof values === 'function') {
+        callback = values;
+        values = undefined;
+      }
+      const { name: _, ...unnamed }: pg.QueryConfig =
+        typeof config === 'string' ? { text: config } : config;
+      // 'T' or 'E' inside a transaction; null before the connection's first ready-for-query.
+      const status: string | null = this.getTransactionStatus();
+      let result: Promise<pg.QueryResult>;
+      if (status === 'T' || status === 'E') {
+        result = super.query(unnamed, values);
+      } else if (startsTransaction.test(unnamed.text) && !values && !unnamed.values) {
+        result = super.query({ ...unnamed, text: `${unnamed.text}; ${setTimeoutSql}` });
+      } else {
+        result = this.inOwnTransaction(unnamed, values);
+      }
+      if (!callback) return result;
+      result.then(
+        (value) => (callback as QueryCallback)(null, value),
+        (error) => (callback as QueryCallback)(error),
+      );
+      return undefined;
+    }
+
+    private async inOwnTransaction(
+      config: pg.QueryConfig,
+      values: unknown[] | undefined,
+    ): Promise<pg.QueryResult> {
+      // Pipelined, the three are written at once; corked, in one packet.
+      const { stream } = this.connection;
+      stream.cork();
+      const sent = (() => {
+        try {
+          return [
+            super.query(`begin; ${setTimeoutSql}`),
+            super.query(config, values),
+            // A failed statement leaves the transaction aborted; `commit` then rolls it back.
+            super.query('commit'),
+          ] as const;
+        } finally {
+          stream.uncork();
+        }
+      })();
+      const [begin, statement, commit] = await Promise.allSettled(sent);
+      if (begin.status === 'rejected') throw begin.reason;
+      if (statement.status === 'rejected') throw statement.reason;
+      if (commit.status === 'rejected') throw commit.reason;
+      return statement.value;
+    }
+  };
 }
 
 export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg.Pool } {
@@ -51,8 +110,11 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
     connectionString: options.url,
     max: options.poolMax,
     connectionTimeoutMillis: options.connectTimeoutMs,
-    // The server cancels a slow statement; the client-side timer covers a server that went silent.
-    statement_timeout: options.statementTimeoutMs,
+    ...(options.pooler
+      ? { Client: poolerSafeClient(options.statementTimeoutMs), pipeline: true }
+      : // The server cancels a slow statement; a startup parameter costs nothing per statement.
+        { statement_timeout: options.statementTimeoutMs }),
+    // The client-side timer covers a server (or a pooler) that went silent.
     query_timeout: options.statementTimeoutMs + 1000,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
@@ -65,7 +127,7 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
     db: drizzle({ client: pool, schema }),
     pool,
     engine: 'postgres',
-    description: `the PostgreSQL server at ${describeServer(options.url)}`,
+    description: describeServer(options.url, options.pooler),
     migrate: () => migratePostgres(options.url, options.connectTimeoutMs),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     close: () => {

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, pgTable, text, timestamp } from 'drizzle-orm/pg-core';
+import { bigint, check, index, integer, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
 
 export const plants = pgTable(
   'plants',
@@ -13,5 +13,40 @@ export const plants = pgTable(
     // The API validates these limits too; the database keeps them true for every writer.
     check('plants_name_length', sql`char_length(${table.name}) between 1 and 256`),
     check('plants_tag_length', sql`char_length(${table.tag}) <= 256`),
+    // Pages filtered by tag are a range scan of this index: tag = $1 and id > $2 order by id.
+    index('plants_tag_id_idx').on(table.tag, table.id),
+  ],
+);
+
+/**
+ * The newPlant webhook's outbox: one row per event and subscriber URL, written by the statement
+ * that inserts the plant. A row lives until its event is delivered (then it is deleted) or its
+ * last attempt fails (then `failed_at` is set and it waits for an operator's redelivery).
+ */
+export const webhookDeliveries = pgTable(
+  'webhook_deliveries',
+  {
+    id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+    /** The event, sent as `webhook-id`: the same on every attempt and for every URL. */
+    eventId: uuid('event_id').notNull(),
+    url: text('url').notNull(),
+    /** The exact bytes that are signed and sent. */
+    body: text('body').notNull(),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    /** Attempts started (each claim starts one). */
+    attempts: integer('attempts').notNull().default(0),
+    /** When the next attempt may start; while an attempt runs, when its claim expires. */
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }).notNull().defaultNow(),
+    /** Set when the delivery was given up: after the last attempt, or at once on a 410. */
+    failedAt: timestamp('failed_at', { withTimezone: true }),
+    /** The last failed attempt: the receiver's status, or why there was none. */
+    lastStatus: integer('last_status'),
+    lastError: text('last_error'),
+  },
+  (table) => [
+    // The due work of one URL, oldest first: claims and the oldest-due metric are range scans.
+    index('webhook_deliveries_due_idx')
+      .on(table.url, table.nextAttemptAt)
+      .where(sql`${table.failedAt} is null`),
   ],
 );

@@ -1,9 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
-import type { Socket } from 'node:net';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { isDatabaseUnavailable, RowRejectedError, WriteQueueFullError } from '../db/errors.js';
+import { isDatabaseUnavailable, QueueFullError, RowRejectedError } from '../db/errors.js';
 
 export const ErrorSchema = Type.Object(
   {
@@ -44,7 +42,7 @@ const fastifyMessages: Record<string, string> = {
 /** Turns any thrown value into the status, message and headers the client receives. */
 export function toHttpError(error: unknown): HttpError {
   if (error instanceof HttpError) return error;
-  if (error instanceof WriteQueueFullError) {
+  if (error instanceof QueueFullError) {
     return new HttpError(
       503,
       'the service is busy; retry later',
@@ -96,33 +94,14 @@ export function notFoundHandler(request: FastifyRequest, reply: FastifyReply): v
   );
 }
 
-/** Answers requests that Node's HTTP parser rejects before Fastify sees them. */
-export function clientErrorHandler(error: Error & { code?: string }, socket: Socket): void {
-  if (!socket.writable) {
-    socket.destroy(error);
-    return;
-  }
-  const statusCode =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? 431
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? 408
-        : 400;
-  const message =
-    statusCode === 431
-      ? 'the request headers are too large'
-      : statusCode === 408
-        ? 'the request took too long to arrive'
-        : 'the request is not valid HTTP';
-  const body = JSON.stringify({ error: statusCode, message } satisfies ErrorBody);
-  socket.end(
-    `HTTP/1.1 ${statusCode} ${STATUS_CODES[statusCode]}\r\n` +
-      'Content-Type: application/json; charset=utf-8\r\n' +
-      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-      `x-request-id: ${randomUUID()}\r\n` +
-      'Connection: close\r\n\r\n' +
-      body,
-  );
+// A redirect is not 2xx, so it carries the Error body too (304 has no body at all).
+const redirects = new Set([301, 302, 303, 307, 308]);
+
+/** The body of a redirect with status `statusCode`; undefined for any other status. */
+export function redirectBody(statusCode: number): string | undefined {
+  if (!redirects.has(statusCode)) return undefined;
+  const message = 'the resource is at the URL in the Location header';
+  return JSON.stringify({ error: statusCode, message } satisfies ErrorBody);
 }
 
 /** An OpenAPI response whose body is the Error schema. */

@@ -2,13 +2,39 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { errorResponse, HttpError, UNAVAILABLE_RETRY_AFTER_SECONDS } from './errors.js';
 
-/** Resolves 'ready' or 'unmigrated'; rejects when the database cannot be reached. */
-export type ReadinessCheck = () => Promise<'ready' | 'unmigrated'>;
+/**
+ * Resolves 'ready', 'unmigrated', or 'starting' while the service has not yet opened (and
+ * migrated) its database; rejects when the database cannot be reached.
+ */
+export type ReadinessCheck = () => Promise<'ready' | 'unmigrated' | 'starting'>;
 
 // Readiness probes give up after a second or two; answer before they do.
 const READINESS_TIMEOUT_MS = 2000;
 
 const retryAfter = { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) };
+
+const notReady = (message: string, summary: string) => ({
+  summary,
+  value: { error: 503, message },
+});
+
+/** Examples of the probes' answers, for the OpenAPI document. */
+const probeExamples = {
+  alive: { ok: { summary: 'The process serves HTTP', value: { status: 'ok' } } },
+  ready: { ready: { summary: 'Ready to serve requests', value: { status: 'ready' } } },
+  notReady: {
+    starting: notReady(
+      'the service is starting: its database is not open yet',
+      'The service listens, and is still opening (or waiting for) its database',
+    ),
+    unavailable: notReady('the database is unavailable', 'The database does not answer within 2 s'),
+    unmigrated: notReady(
+      'the database schema is not migrated',
+      'The database lacks migrations of this build',
+    ),
+    stopping: notReady('the service is shutting down', 'SIGTERM: draining, before it exits'),
+  },
+};
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -20,7 +46,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
 
 export async function healthRoutes(
   app: FastifyInstance,
-  { checkReadiness }: { checkReadiness: ReadinessCheck },
+  { checkReadiness, isStopping }: { checkReadiness: ReadinessCheck; isStopping: () => boolean },
 ): Promise<void> {
   app.get(
     '/healthz',
@@ -32,6 +58,7 @@ export async function healthRoutes(
         response: {
           200: Type.Object({ status: Type.Literal('ok') }, { description: 'The process is alive' }),
         },
+        'x-examples': { responses: { 200: probeExamples.alive } },
       },
     },
     async () => ({ status: 'ok' as const }),
@@ -49,19 +76,32 @@ export async function healthRoutes(
             { status: Type.Literal('ready') },
             { description: 'Ready to serve requests' },
           ),
-          503: errorResponse('The database is unreachable or not migrated', {
-            'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
-          }),
+          503: errorResponse(
+            'The service is starting or shutting down, or the database is unreachable or not migrated',
+            {
+              'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
+            },
+          ),
         },
+        'x-examples': { responses: { 200: probeExamples.ready, 503: probeExamples.notReady } },
       },
     },
     async (request) => {
-      let state: 'ready' | 'unmigrated';
+      // A load balancer stops sending new requests here while the ones it sent are served.
+      if (isStopping()) throw new HttpError(503, 'the service is shutting down', retryAfter);
+      let state: 'ready' | 'unmigrated' | 'starting';
       try {
         state = await withTimeout(checkReadiness(), READINESS_TIMEOUT_MS);
       } catch (error) {
         request.log.warn({ err: error }, 'readiness check failed');
         throw new HttpError(503, 'the database is unavailable', retryAfter);
+      }
+      if (state === 'starting') {
+        throw new HttpError(
+          503,
+          'the service is starting: its database is not open yet',
+          retryAfter,
+        );
       }
       if (state === 'unmigrated') {
         throw new HttpError(503, 'the database schema is not migrated', retryAfter);

@@ -297,13 +297,31 @@ function charsetOf(contentType: string | undefined): string | undefined {
   return match?.[2]?.toLowerCase();
 }
 
+// A content coding other than identity is refused (RFC 9110 §8.4.1), not read as plain JSON.
+function hasContentCoding(contentEncoding: string | undefined): boolean {
+  if (contentEncoding === undefined) return false;
+  return contentEncoding.split(',').some((coding) => {
+    const name = coding.trim().toLowerCase();
+    return name !== '' && name !== 'identity';
+  });
+}
+
 /**
  * Replaces Fastify's body parsers with one for `application/json` (UTF-8 only) that keeps
- * int64 integers exact. Every other media type is answered with 415.
+ * int64 integers exact. Every other media type, and any content coding, is answered with 415.
  */
 export function registerJsonBodyParser(app: FastifyInstance, maxDepth: number): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    if (hasContentCoding(request.headers['content-encoding'])) {
+      done(
+        new HttpError(415, 'Content-Encoding must be identity: bodies are read as sent', {
+          'accept-encoding': 'identity',
+        }),
+        undefined,
+      );
+      return;
+    }
     const charset = charsetOf(request.headers['content-type']);
     if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
       done(new HttpError(415, 'Content-Type charset must be utf-8'), undefined);

@@ -8,6 +8,8 @@ export interface MetricsSources {
   pool?: () => { total: number; idle: number; waiting: number };
   /** The write path: creates waiting for an INSERT, and INSERTs in flight. */
   writes?: () => { queued: number; inFlight: number };
+  /** Reads by id: those waiting for a SELECT, and SELECTs in flight. */
+  reads?: () => { queued: number; inFlight: number };
 }
 
 export interface Metrics {
@@ -16,6 +18,8 @@ export interface Metrics {
   observeRequest(method: string, route: string, status: number, seconds: number): void;
   /** Counts one INSERT of the write path and the creates it carried. */
   observeBatch(size: number): void;
+  /** Counts one SELECT of reads by id and the reads it carried. */
+  observeReadBatch(size: number): void;
 }
 
 const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -42,6 +46,12 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
   const batches = new Histogram({
     name: 'plant_store_write_batch_size',
     help: 'Creates carried by each INSERT of the write path',
+    buckets: batchBuckets,
+    registers: [registry],
+  });
+  const readBatches = new Histogram({
+    name: 'plant_store_read_batch_size',
+    help: 'Reads by id carried by each SELECT',
     buckets: batchBuckets,
     registers: [registry],
   });
@@ -81,6 +91,20 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       },
     });
   }
+  if (sources.reads) {
+    const reads = sources.reads;
+    new Gauge({
+      name: 'plant_store_read_queue',
+      help: 'Reads by id waiting for a SELECT (queued) and SELECTs in flight (in_flight)',
+      labelNames: ['state'],
+      registers: [registry],
+      collect() {
+        const { queued, inFlight } = reads();
+        this.set({ state: 'queued' }, queued);
+        this.set({ state: 'in_flight' }, inFlight);
+      },
+    });
+  }
 
   // Label lookups cost more than the increments: keep one child per label set.
   type Child = { count: Counter.Internal; duration: Histogram.Internal<string> };
@@ -100,6 +124,9 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
     },
     observeBatch(size) {
       batches.observe(size);
+    },
+    observeReadBatch(size) {
+      readBatches.observe(size);
     },
   };
 }

@@ -1,10 +1,37 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
+import { webhooksDocument } from '../webhooks/openapi.js';
 
-type OpenApiDocument = {
-  paths?: Record<string, Record<string, { responses?: Record<string, { headers?: object }> }>>;
-};
+/** An OpenAPI Example Object: a body as the service accepts or sends it. */
+export interface Example {
+  summary: string;
+  value: unknown;
+}
+
+/** Named examples of an operation's request body, and of its response bodies by status. */
+export interface OperationExamples {
+  request?: Record<string, Example>;
+  responses?: Record<number, Record<string, Example>>;
+}
+
+declare module 'fastify' {
+  interface FastifySchema {
+    /**
+     * Examples of the operation's bodies, beside the schemas they illustrate. @fastify/swagger
+     * copies `x-` keys into the operation; they are moved to its media types from there.
+     */
+    'x-examples'?: OperationExamples;
+  }
+}
+
+type MediaTypes = Record<string, { examples?: Record<string, Example> }>;
+interface Operation {
+  requestBody?: { content?: MediaTypes };
+  responses?: Record<string, { headers?: object; content?: MediaTypes }>;
+  'x-examples'?: OperationExamples;
+}
+type OpenApiDocument = { paths?: Record<string, Record<string, Operation>> };
 
 const requestIdHeader = {
   description: 'The request id: the one the client sent when sane, otherwise a new UUID',
@@ -23,6 +50,49 @@ function documentRequestIdHeader<T extends OpenApiDocument>(document: T): T {
   return document;
 }
 
+/** Puts each example into the JSON media type of the body it illustrates. */
+function placeExamples<T extends OpenApiDocument>(document: T): T {
+  for (const [path, operations] of Object.entries(document.paths ?? {})) {
+    for (const [method, operation] of Object.entries(operations)) {
+      const examples = operation['x-examples'];
+      if (!examples) continue;
+      delete operation['x-examples'];
+      const place = (
+        content: MediaTypes | undefined,
+        named: Record<string, Example>,
+        of: string,
+      ) => {
+        const media = content?.['application/json'];
+        if (!media) throw new Error(`examples for ${method} ${path} ${of}, which has no JSON body`);
+        media.examples = named;
+      };
+      if (examples.request) place(operation.requestBody?.content, examples.request, 'request');
+      for (const [status, named] of Object.entries(examples.responses ?? {})) {
+        place(operation.responses?.[status]?.content, named, `response ${status}`);
+      }
+    }
+  }
+  return document;
+}
+
+/**
+ * The reference page runs Swagger UI's own scripts and styles from /docs/static, and talks to
+ * this service only: nothing inline, nothing from elsewhere. Every address is 'self', so the
+ * page works by any host name, over plain HTTP or behind a proxy that terminates TLS; it does
+ * not upgrade requests to https, which an address without TLS cannot answer. `data:` images are
+ * the icons in Swagger UI's stylesheet.
+ */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
 /**
  * Generates the OpenAPI 3.1 document from the route schemas (the same TypeBox schemas that
  * validate requests), serves it at /openapi.json and an interactive reference at /docs.
@@ -35,13 +105,15 @@ export async function registerOpenApi(app: FastifyInstance, docsPrefix: string):
       info: {
         title: 'Plant Store',
         version: '1.0.0',
-        description: 'Creates plants in the store. Every non-2xx response has the Error body.',
+        description:
+          'Creates, reads, lists and deletes the plants of a store. Ids are int64, chosen by the client and stored exactly, so a create can be retried safely. Every non-2xx response has the Error body.',
         license: { name: 'MIT', identifier: 'MIT' },
       },
       components: {
         securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } },
       },
       security: [{ bearerAuth: [] }],
+      webhooks: webhooksDocument,
       tags: [
         { name: 'plants', description: 'The plant store' },
         { name: 'operations', description: 'Probes for orchestrators' },
@@ -54,12 +126,18 @@ export async function registerOpenApi(app: FastifyInstance, docsPrefix: string):
     },
     transformObject: (document) =>
       'openapiObject' in document
-        ? documentRequestIdHeader(document.openapiObject as OpenApiDocument)
+        ? placeExamples(documentRequestIdHeader(document.openapiObject as OpenApiDocument))
         : document.swaggerObject,
   });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  // staticCSP: the reference page gets a Content-Security-Policy that fits its own assets.
-  await app.register(swaggerUi, { routePrefix: docsPrefix, staticCSP: true });
+  await app.register(swaggerUi, {
+    routePrefix: docsPrefix,
+    // Without the top bar: its logo is an SVG with an inline <style>, which DOCS_CSP refuses,
+    // and its box loads any other document into the page.
+    uiConfig: { layout: 'BaseLayout' },
+    theme: { title: 'Plant Store API reference' },
+    staticCSP: DOCS_CSP,
+  });
 }

@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 // Answers of a JSON API are data: nothing may sniff, frame, cache or run them.
-const apiHeaders = {
+export const apiHeaders = {
   'x-content-type-options': 'nosniff',
   'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
   'x-frame-options': 'DENY',

@@ -1,14 +1,14 @@
-import { type SQL, sql } from 'drizzle-orm';
+import { type BatchHandler, type BatchQueueOptions, createBatchQueue } from '../db/batch-queue.js';
 import type { Database } from '../db/client.js';
 import {
   classifyDatabaseError,
   isDatabaseUnavailable,
   isRowRejection,
   RowRejectedError,
-  WriteQueueFullError,
 } from '../db/errors.js';
-import { plants } from '../db/schema.js';
-import type { NewPlant, Plant } from './schemas.js';
+import type { ClaimedDelivery } from '../webhooks/outbox.js';
+import { createPlantQueries, type PlantQueries, type QueryOptions } from './queries.js';
+import type { NewPlant, Plant, StoredPlant } from './schemas.js';
 
 export type CreatePlantResult =
   /** The plant was stored by this call. */
@@ -18,117 +18,109 @@ export type CreatePlantResult =
   /** A plant with this id but another name or tag is stored; nothing changed. */
   | { outcome: 'conflict'; plant: Plant };
 
+/** A page of plants in ascending id order. */
+export interface PageRequest {
+  limit: number;
+  /** Only ids greater than this one. */
+  after: bigint | undefined;
+  /** Only plants with exactly this tag. */
+  tag: string | undefined;
+}
+
+export type QueueStats = { queued: number; inFlight: number };
+
 export interface PlantRepository {
   /** Stores the plant unless its id exists; resolves once the outcome is committed. */
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
-  /** Resolves when every create accepted so far has its answer. */
+  /** The stored plant, or undefined when there is none. */
+  getPlant(id: bigint): Promise<StoredPlant | undefined>;
+  listPlants(page: PageRequest): Promise<StoredPlant[]>;
+  /** Deletes the plant; false when there was none. */
+  deletePlant(id: bigint): Promise<boolean>;
+  /** Resolves when every create and read accepted so far has its answer. */
   drain(): Promise<void>;
-  /** Creates waiting for an INSERT, and INSERTs in flight. */
-  stats(): { queued: number; inFlight: number };
+  /** Requests waiting for a batch, and batches in flight, of creates and of reads by id. */
+  stats(): { writes: QueueStats; reads: QueueStats };
 }
 
-export interface BatchingOptions {
-  /** The most plants one INSERT carries. */
-  maxBatchSize: number;
-  /** INSERTs in flight at once, each on a connection of its own. */
-  maxConcurrentBatches: number;
-  /** Creates that may wait for a batch; beyond them a create fails with WriteQueueFullError. */
-  maxQueued: number;
-  /** Told the size of every batch sent. */
-  onBatch?: (size: number) => void;
+export interface RepositoryOptions extends QueryOptions {
+  /** Creates: each batch is one INSERT. */
+  writes: BatchQueueOptions;
+  /** Reads by id: each batch is one SELECT. */
+  reads: BatchQueueOptions;
+  /** Given the webhook deliveries of the plants a statement inserted, once it has committed. */
+  onDeliveries?: (deliveries: ClaimedDelivery[]) => void;
 }
 
-/** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const INT64_MAX = 2n ** 63n - 1n;
+const INT64_MIN = -(2n ** 63n);
 
-function toPlant(row: { name: string; tag?: string | null }): Plant {
-  return row.tag == null ? { name: row.name } : { name: row.name, tag: row.tag };
+/**
+ * The plant store. Creates and reads by id are coalesced: the requests that arrive while the
+ * database is busy leave together, one statement for many (see createBatchQueue). When a batch
+ * finds the database unavailable, the requests queued behind it fail with it.
+ */
+export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
+  const queries = createPlantQueries(db, options);
+  const writes = createBatchQueue(
+    createPlantsInBatch(queries, options.onDeliveries ?? (() => {})),
+    options.writes,
+  );
+  const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
+  return {
+    createPlant: (plant) => writes.add(plant),
+    getPlant: (id) => reads.add(id),
+    async listPlants({ limit, after, tag }) {
+      if (after === INT64_MAX) return [];
+      return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
+    },
+    deletePlant: (id) => queries.deleteById(id),
+    async drain() {
+      await Promise.all([writes.drain(), reads.drain()]);
+    },
+    stats: () => ({ writes: writes.stats(), reads: reads.stats() }),
+  };
+}
+
+function readPlantsInBatch(queries: PlantQueries): BatchHandler<bigint, StoredPlant | undefined> {
+  return {
+    async run(batch) {
+      let found: Map<bigint, StoredPlant>;
+      try {
+        found = await queries.findByIds([...new Set(batch.map(({ item }) => item))]);
+      } catch (error) {
+        throw classifyDatabaseError(error);
+      }
+      for (const { item, resolve } of batch) resolve(found.get(item));
+    },
+    failsQueued: isDatabaseUnavailable,
+  };
+}
+
+function plantOf(row: { name: string; tag?: string | undefined }): Plant {
+  return row.tag === undefined ? { name: row.name } : { name: row.name, tag: row.tag };
 }
 
 function samePlant(stored: Plant, wanted: NewPlant): boolean {
   return stored.name === wanted.name && stored.tag === wanted.tag;
 }
 
+const byId = (a: NewPlant, b: NewPlant) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
 /** What the database holds for an id after a batch, or why it refused the row. */
 type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejectedError };
 
-/**
- * The plant store. Concurrent creates are coalesced: while INSERTs are in flight, new creates
- * queue, and each INSERT takes everything queued (up to maxBatchSize) as one multi-row
- * statement, so one round trip and one commit serve many requests. An idle service sends a
- * create at once: the queue is flushed on the next turn of the event loop, not after a delay.
- * When a batch finds the database unavailable, the creates queued behind it fail with it.
- */
-export function createPlantRepository(db: Database, options: BatchingOptions): PlantRepository {
-  type Pending = {
-    plant: NewPlant;
-    resolve: (result: CreatePlantResult) => void;
-    reject: (error: unknown) => void;
-  };
-  let queue: Pending[] = [];
-  let inFlight = 0;
-  let flushScheduled = false;
-  let drained: Array<() => void> = [];
-
-  // Built and prepared once: each batch only sends three arrays.
-  const input = sql`unnest(
-    ${sql.placeholder('ids')}::int8[],
-    ${sql.placeholder('names')}::text[],
-    ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
-  const insertBatch = db
-    .insert(plants)
-    .select((qb) =>
-      qb
-        .select({
-          id: sql<bigint>`input.id`.as('id'),
-          name: sql<string>`input.name`.as('name'),
-          tag: sql<string | null>`input.tag`.as('tag'),
-          // Drizzle inserts every column from a select: created_at takes the column's default.
-          createdAt: sql<Date>`${plants.createdAt.default as SQL}`.as('created_at'),
-        })
-        .from(input),
-    )
-    .onConflictDoNothing({ target: plants.id })
-    .returning({ id: plants.id })
-    .prepare('plants_insert_batch');
-  // Name and tag come back as their UTF-8 bytes: the embedded engine's driver decodes text with
-  // a TextDecoder that drops a leading U+FEFF, which would turn a replay of such a plant into a
-  // 409 and let a name without the mark pass for a replay.
-  const selectBatch = db
-    .select({
-      id: plants.id,
-      name: sql<Uint8Array>`convert_to(${plants.name}, 'UTF8')`,
-      tag: sql<Uint8Array | null>`convert_to(${plants.tag}, 'UTF8')`,
-    })
-    .from(plants)
-    .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
-    .prepare('plants_select_batch');
-
-  /** Inserts the rows whose ids are new; returns those ids. */
-  async function insertNew(rows: NewPlant[]): Promise<Set<bigint>> {
-    const inserted = await insertBatch.execute({
-      ids: rows.map((row) => row.id),
-      names: rows.map((row) => row.name),
-      tags: rows.map((row) => row.tag ?? null),
-    });
-    return new Set(inserted.map((row) => row.id));
-  }
-
-  async function selectStored(ids: bigint[]): Promise<Map<bigint, Plant>> {
-    const rows = await selectBatch.execute({ ids });
-    return new Map(
-      rows.map((row) => [
-        row.id,
-        toPlant({ name: utf8.decode(row.name), tag: row.tag && utf8.decode(row.tag) }),
-      ]),
-    );
-  }
-
-  /** Stores rows with distinct ids; a row the database refuses leaves the others unharmed. */
-  async function store(rows: NewPlant[], attempt = 1): Promise<Map<bigint, StoreOutcome>> {
-    let inserted: Set<bigint>;
+function createPlantsInBatch(
+  queries: PlantQueries,
+  onDeliveries: (deliveries: ClaimedDelivery[]) => void,
+): BatchHandler<NewPlant, CreatePlantResult> {
+  /**
+   * Stores rows with distinct ids, in id order; a row the database refuses leaves the others
+   * unharmed. `lockExisting` reads the stored rows under a lock (see insertOrLock).
+   */
+  async function store(rows: NewPlant[], lockExisting = false): Promise<Map<bigint, StoreOutcome>> {
     try {
-      inserted = await insertNew(rows);
+      return lockExisting ? await insertOrLock(rows) : await insertThenRead(rows);
     } catch (error) {
       if (!isRowRejection(error)) throw error;
       const [only] = rows;
@@ -137,107 +129,74 @@ export function createPlantRepository(db: Database, options: BatchingOptions): P
       }
       // Halve until the refused rows stand alone: the others are stored in a few statements.
       const half = Math.ceil(rows.length / 2);
-      const first = await store(rows.slice(0, half), attempt);
-      const second = await store(rows.slice(half), attempt);
+      const first = await store(rows.slice(0, half), lockExisting);
+      const second = await store(rows.slice(half), lockExisting);
       return new Map([...first, ...second]);
     }
+  }
+
+  async function insertThenRead(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
+    const { ids: inserted, deliveries } = await queries.insertNew(rows);
+    if (deliveries.length > 0) onDeliveries(deliveries);
     const outcomes = new Map<bigint, StoreOutcome>();
     const existing: bigint[] = [];
     for (const row of rows) {
-      if (inserted.has(row.id)) outcomes.set(row.id, { created: true, stored: toPlant(row) });
+      if (inserted.has(row.id)) outcomes.set(row.id, { created: true, stored: plantOf(row) });
       else existing.push(row.id);
     }
-    if (existing.length > 0) {
-      // A new statement, so it sees rows that concurrent inserts committed while this one waited.
-      const stored = await selectStored(existing);
-      const vanished: NewPlant[] = [];
-      for (const row of rows) {
-        const plant = stored.get(row.id);
-        if (plant) outcomes.set(row.id, { created: false, stored: plant });
-        else if (!outcomes.has(row.id)) vanished.push(row);
-      }
-      // Deleted between the two statements: store them afresh.
-      if (vanished.length > 0) {
-        // Only a concurrent delete makes a row vanish; one that keeps doing so is a fault.
-        if (attempt >= 3) throw new Error(`plants vanished ${attempt} times while being stored`);
-        for (const [id, outcome] of await store(vanished, attempt + 1)) outcomes.set(id, outcome);
-      }
+    if (existing.length === 0) return outcomes;
+    // A new statement, so it sees rows that concurrent inserts committed while this one waited.
+    const stored = await queries.findByIds(existing);
+    const vanished: NewPlant[] = [];
+    for (const row of rows) {
+      if (outcomes.has(row.id)) continue;
+      const plant = stored.get(row.id);
+      if (plant) outcomes.set(row.id, { created: false, stored: plantOf(plant) });
+      else vanished.push(row);
+    }
+    // Deleted between the two statements: store them again, and this time hold on to what is
+    // there, so that deletes and creates racing on an id cannot make this loop.
+    if (vanished.length > 0) {
+      for (const [id, outcome] of await store(vanished, true)) outcomes.set(id, outcome);
     }
     return outcomes;
   }
 
-  async function runBatch(batch: Pending[]): Promise<void> {
-    // The first create of an id in the batch is the one offered to the database.
-    const offered = new Map<bigint, NewPlant>();
-    for (const { plant } of batch) if (!offered.has(plant.id)) offered.set(plant.id, plant);
-    let outcomes: Map<bigint, StoreOutcome>;
-    try {
-      outcomes = await store([...offered.values()]);
-    } catch (error) {
-      for (const pending of batch) pending.reject(error);
-      if (isDatabaseUnavailable(error)) {
-        // The creates still queued were never sent, so failing them is safe; sending them would
-        // make each wait out another connect or statement timeout to learn the same thing, and
-        // answer after twice the time the timeouts promise (e.g. while the network is silent).
-        const waiting = queue;
-        queue = [];
-        for (const pending of waiting) pending.reject(error);
-      }
-      return;
-    }
-    for (const { plant, resolve, reject } of batch) {
-      const outcome = outcomes.get(plant.id);
-      if (!outcome) {
-        reject(new Error(`no outcome for plant ${plant.id}`));
-      } else if ('rejected' in outcome) {
-        reject(outcome.rejected);
-      } else if (outcome.created && offered.get(plant.id) === plant) {
-        resolve({ outcome: 'created', plant: outcome.stored });
-      } else {
-        const matches = samePlant(outcome.stored, plant);
-        resolve({ outcome: matches ? 'replayed' : 'conflict', plant: outcome.stored });
-      }
-    }
-  }
-
-  function flush(): void {
-    flushScheduled = false;
-    while (queue.length > 0 && inFlight < options.maxConcurrentBatches) {
-      const batch =
-        queue.length <= options.maxBatchSize ? queue : queue.slice(0, options.maxBatchSize);
-      queue = batch === queue ? [] : queue.slice(batch.length);
-      inFlight++;
-      options.onBatch?.(batch.length);
-      runBatch(batch).finally(() => {
-        inFlight--;
-        scheduleFlush();
-        if (inFlight === 0 && queue.length === 0) {
-          for (const resolve of drained) resolve();
-          drained = [];
-        }
-      });
-    }
-  }
-
-  function scheduleFlush(): void {
-    if (flushScheduled || queue.length === 0 || inFlight >= options.maxConcurrentBatches) return;
-    flushScheduled = true;
-    // Creates that arrive in the same turn of the event loop leave in one batch.
-    setImmediate(flush);
+  async function insertOrLock(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
+    const { rows: stored, deliveries } = await queries.insertOrLock(rows);
+    if (deliveries.length > 0) onDeliveries(deliveries);
+    return new Map(stored.map((row) => [row.id, { created: row.inserted, stored: plantOf(row) }]));
   }
 
   return {
-    createPlant(plant) {
-      if (queue.length >= options.maxQueued) return Promise.reject(new WriteQueueFullError());
-      return new Promise<CreatePlantResult>((resolve, reject) => {
-        queue.push({ plant, resolve, reject: (error) => reject(classifyDatabaseError(error)) });
-        scheduleFlush();
-      });
+    async run(batch) {
+      // The first create of an id in the batch is the one offered to the database.
+      const offered = new Map<bigint, NewPlant>();
+      for (const { item } of batch) if (!offered.has(item.id)) offered.set(item.id, item);
+      let outcomes: Map<bigint, StoreOutcome>;
+      try {
+        // One lock order for every batch: two batches that share ids cannot deadlock.
+        outcomes = await store([...offered.values()].sort(byId));
+      } catch (error) {
+        throw classifyDatabaseError(error);
+      }
+      for (const { item, resolve, reject } of batch) {
+        const outcome = outcomes.get(item.id);
+        if (!outcome) {
+          reject(new Error(`no outcome for plant ${item.id}`));
+        } else if ('rejected' in outcome) {
+          reject(outcome.rejected);
+        } else if (outcome.created && offered.get(item.id) === item) {
+          resolve({ outcome: 'created', plant: outcome.stored });
+        } else {
+          const matches = samePlant(outcome.stored, item);
+          resolve({ outcome: matches ? 'replayed' : 'conflict', plant: outcome.stored });
+        }
+      }
     },
-    drain() {
-      if (inFlight === 0 && queue.length === 0) return Promise.resolve();
-      return new Promise<void>((resolve) => drained.push(resolve));
-    },
-    stats: () => ({ queued: queue.length, inFlight }),
+    // The creates still queued were never sent, so failing them is safe; sending them would
+    // make each wait out another connect or statement timeout to learn the same thing, and
+    // answer after twice the time the timeouts promise (e.g. while the network is silent).
+    failsQueued: isDatabaseUnavailable,
   };
 }

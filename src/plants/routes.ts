@@ -1,14 +1,52 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
+import type { OperationExamples } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
+import { parseInt64, parsePageQuery } from './parameters.js';
 import type { PlantRepository } from './repository.js';
-import { NewPlantSchema, PlantSchema } from './schemas.js';
+import {
+  plantErrorExamples as errors,
+  NewPlantSchema,
+  PAGE_LIMIT_DEFAULT,
+  PageQuerySchema,
+  PlantIdParamsSchema,
+  PlantSchema,
+  plantExamples,
+  StoredPlantSchema,
+} from './schemas.js';
+import { storedPlantJson, storedPlantsJson } from './serialize.js';
+
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 const retryAfter = {
   'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
+};
+
+/** The failures every plant operation can answer, beside its own. */
+const commonErrors = {
+  401: errorResponse('The bearer token is missing or not valid', {
+    'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
+  }),
+  408: errorResponse('The request did not arrive within the time limit'),
+  429: errorResponse(
+    'Too many failed authentications from this address, or requests for this token',
+    retryAfter,
+  ),
+  431: errorResponse('The request headers are too large'),
+  500: errorResponse('An unexpected fault'),
+  503: errorResponse('The database is unavailable or timed out, or too busy', retryAfter),
+};
+
+const commonErrorExamples: OperationExamples['responses'] = {
+  401: errors.unauthenticated,
+  408: errors.timeout,
+  429: errors.tooMany,
+  431: errors.headersTooLarge,
+  500: errors.fault,
+  503: errors.unavailable,
 };
 
 export interface PlantRoutesOptions {
@@ -17,13 +55,56 @@ export interface PlantRoutesOptions {
   limits: AuthLimits;
 }
 
+/** Path ids become bigints here: Fastify hands them over as text, and never rejects one. */
+async function readPlantId(request: FastifyRequest): Promise<void> {
+  const { id } = request.params as { id: string };
+  request.params = { id: parseInt64(id, 'params/id') };
+}
+
+/** The page parameters, from the raw query string (see parsePageQuery). */
+async function readPageQuery(request: FastifyRequest): Promise<void> {
+  const start = request.url.indexOf('?');
+  request.query = parsePageQuery(start === -1 ? '' : request.url.slice(start + 1));
+}
+
+/**
+ * The next page's URL, as a reference relative to the service's root: it resolves against
+ * whatever scheme and host the client reached the service by, so it stays right behind a
+ * proxy or load balancer, and it never echoes a Host header the client could forge.
+ */
+function nextPageLink(limit: number, lastId: bigint, tag: string | undefined): string {
+  const tagParameter = tag === undefined ? '' : `&tag=${encodeURIComponent(tag)}`;
+  return `</plants?limit=${limit}&after=${lastId}${tagParameter}>; rel="next"`;
+}
+
+/**
+ * Answers 405 with Allow to the methods `url` does not serve. It runs after authentication and
+ * before the body is read; Fastify requires a handler, which it never reaches.
+ */
+function refuseOtherMethods(app: FastifyInstance, url: string, allowed: string[]): void {
+  const allow = allowed.join(', ');
+  const refuse = async (request: FastifyRequest) => {
+    throw new HttpError(405, `${request.method} is not allowed here; allowed: ${allow}`, {
+      allow,
+    });
+  };
+  app.route({
+    method: app.supportedMethods.filter((method) => !allowed.includes(method)),
+    url,
+    schema: { hide: true },
+    onRequest: refuse,
+    handler: refuse,
+  });
+}
+
 export async function plantRoutes(
   app: FastifyInstance,
   { repository, verifyToken, limits }: PlantRoutesOptions,
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
 
-  app.withTypeProvider<TypeBoxTypeProvider>().post(
+  api.post(
     '/plants',
     {
       schema: {
@@ -37,23 +118,21 @@ export async function plantRoutes(
         response: {
           200: { ...refTo(PlantSchema), description: 'The plant, as stored' },
           400: errorResponse('The body is not a valid NewPlant or not valid JSON'),
-          401: errorResponse('The bearer token is missing or not valid', {
-            'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
-          }),
-          408: errorResponse('The request did not arrive within the time limit'),
           409: errorResponse('A plant with this id exists with a different name or tag'),
           413: errorResponse('The body is larger than the limit'),
-          415: errorResponse('The content type is not application/json'),
-          429: errorResponse(
-            'Too many failed authentications from this address, or requests for this token',
-            retryAfter,
-          ),
-          431: errorResponse('The request headers are too large'),
-          500: errorResponse('An unexpected fault'),
-          503: errorResponse(
-            'The database is unavailable or timed out, or too many creates are waiting for it',
-            retryAfter,
-          ),
+          415: errorResponse('The content type is not application/json, or the body is encoded'),
+          ...commonErrors,
+        },
+        'x-examples': {
+          request: plantExamples.newPlant,
+          responses: {
+            200: plantExamples.createdPlant,
+            400: errors.invalidBody,
+            409: errors.conflict,
+            413: errors.tooLarge,
+            415: errors.notJson,
+            ...commonErrorExamples,
+          },
         },
       },
     },
@@ -69,4 +148,125 @@ export async function plantRoutes(
       return result.plant;
     },
   );
+
+  api.get(
+    '/plants',
+    {
+      schema: {
+        operationId: 'listPlants',
+        summary: 'List plants, a page at a time',
+        description:
+          'Returns all plants from the system that the user has access to (every token sees ' +
+          'every plant), in ascending id order, at most `limit` of them. When the page is full, ' +
+          'the `Link` header gives the URL of the next page (`after` = the last id of this one). ' +
+          'Paging while others write never repeats or skips a plant that exists throughout.',
+        tags: ['plants'],
+        querystring: PageQuerySchema,
+        response: {
+          200: Type.Array(refTo(StoredPlantSchema), {
+            description: 'Plants in ascending id order',
+            headers: {
+              link: Type.String({
+                description:
+                  'When the page is full: the next page, `</plants?limit=..&after=..[&tag=..]>; rel="next"` (RFC 8288)',
+              }),
+            },
+          }),
+          400: errorResponse('A query parameter is malformed, out of range or given twice'),
+          ...commonErrors,
+        },
+        'x-examples': {
+          responses: { 200: plantExamples.page, 400: errors.invalidPage, ...commonErrorExamples },
+        },
+      },
+      preValidation: readPageQuery,
+    },
+    async (request, reply) => {
+      const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
+      const plants = await repository.listPlants({ limit, after, tag });
+      const last = plants.at(-1);
+      if (last && plants.length === limit) reply.header('link', nextPageLink(limit, last.id, tag));
+      return reply.type(JSON_TYPE).send(storedPlantsJson(plants));
+    },
+  );
+
+  api.get(
+    '/plants/:id',
+    {
+      schema: {
+        operationId: 'getPlant',
+        summary: 'Read one plant',
+        description: 'Returns the plant with this id.',
+        tags: ['plants'],
+        params: PlantIdParamsSchema,
+        response: {
+          200: { ...refTo(StoredPlantSchema), description: 'The plant, as stored' },
+          400: errorResponse('The id is not an int64 in canonical decimal'),
+          404: errorResponse('No plant has this id'),
+          ...commonErrors,
+        },
+        'x-examples': {
+          responses: {
+            200: plantExamples.storedPlant,
+            400: errors.invalidId,
+            404: errors.notFound,
+            ...commonErrorExamples,
+          },
+        },
+      },
+      preValidation: readPlantId,
+    },
+    async (request, reply) => {
+      const { id } = request.params;
+      const plant = await repository.getPlant(id);
+      if (!plant) throw new HttpError(404, `no plant has the id ${id}`);
+      return reply.type(JSON_TYPE).send(storedPlantJson(plant));
+    },
+  );
+
+  // A DELETE body means nothing (RFC 9110): whatever is sent, up to the body limit, is ignored.
+  await app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null));
+    scope.withTypeProvider<TypeBoxTypeProvider>().delete(
+      '/plants/:id',
+      {
+        schema: {
+          operationId: 'deletePlant',
+          summary: 'Delete one plant',
+          description:
+            'Deletes a single plant based on the ID supplied. Afterwards the id is free: ' +
+            'a POST with it creates a new plant.',
+          tags: ['plants'],
+          params: PlantIdParamsSchema,
+          response: {
+            204: Type.Null({ description: 'Plant deleted' }),
+            400: errorResponse('The id is not an int64 in canonical decimal'),
+            404: errorResponse('No plant has this id'),
+            413: errorResponse('The body (which is ignored) is larger than the limit'),
+            ...commonErrors,
+          },
+          'x-examples': {
+            responses: {
+              400: errors.invalidId,
+              404: errors.notFound,
+              413: errors.tooLarge,
+              ...commonErrorExamples,
+            },
+          },
+        },
+        preValidation: readPlantId,
+      },
+      async (request, reply) => {
+        const { id } = request.params;
+        if (!(await repository.deletePlant(id))) {
+          throw new HttpError(404, `no plant has the id ${id}`);
+        }
+        return reply.code(204).send(null);
+      },
+    );
+  });
+
+  refuseOtherMethods(app, '/plants', ['GET', 'HEAD', 'POST']);
+  refuseOtherMethods(app, '/plants/:id', ['GET', 'HEAD', 'DELETE']);
 }

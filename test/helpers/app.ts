@@ -1,18 +1,21 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { type AppConfig, buildApp } from '../../src/app.js';
-import { loadConfig } from '../../src/config.js';
+import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import type { AppDatabase } from '../../src/db/client.js';
 import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createMetrics, type Metrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/logger.js';
 import {
-  type BatchingOptions,
   createPlantRepository,
   type PlantRepository,
+  type RepositoryOptions,
 } from '../../src/plants/repository.js';
-import { createScratchDatabase, type ScratchDatabase } from './database.js';
+import { createDispatcher, type Dispatcher, leaseMsFor } from '../../src/webhooks/dispatcher.js';
+import { createWebhookMetrics } from '../../src/webhooks/metrics.js';
+import { createOutbox } from '../../src/webhooks/outbox.js';
+import { createScratchDatabase, type ScratchDatabase, testEngine } from './database.js';
 
 /** A token configured as itself. */
 export const TOKEN = 'test-token-4f1d2c';
@@ -31,6 +34,8 @@ export interface TestApp {
   metrics: Metrics;
   /** Every log line the app wrote, as JSON text. */
   logs: string[];
+  /** The newPlant webhook's dispatcher, when `webhooks` was given. */
+  dispatcher: Dispatcher | undefined;
   close(): Promise<void>;
 }
 
@@ -42,16 +47,31 @@ export interface TestAppOptions {
   /** A server to use instead of the scratch database (e.g. an unreachable one). */
   databaseUrl?: string;
   repository?: (database: AppDatabase) => PlantRepository;
+  /** As the process tells the app that it is shutting down. */
+  isStopping?: () => boolean;
+  /** Send the newPlant webhook, with a dispatcher running as in production. */
+  webhooks?: WebhookConfig;
 }
 
 /** The configuration of a service given only its tokens: the production defaults. */
 export const defaultConfig = loadConfig({ API_TOKENS: TOKEN_ENTRIES.join(',') });
 
-/** The write path as WRITE_BATCH_MAX, WRITE_CONCURRENCY and WRITE_QUEUE_MAX default it. */
-export const batching: BatchingOptions = {
-  maxBatchSize: defaultConfig.writeBatchMax,
-  maxConcurrentBatches: defaultConfig.writeConcurrency,
-  maxQueued: defaultConfig.writeQueueMax,
+/**
+ * The batching of creates and reads by id as the WRITE_* and READ_* settings default it, and
+ * text read the way the service reads it on this project's engine.
+ */
+export const batching: RepositoryOptions = {
+  textAsBytes: testEngine() === 'pglite',
+  writes: {
+    maxBatchSize: defaultConfig.writeBatchMax,
+    maxConcurrentBatches: defaultConfig.writeConcurrency,
+    maxQueued: defaultConfig.writeQueueMax,
+  },
+  reads: {
+    maxBatchSize: defaultConfig.readBatchMax,
+    maxConcurrentBatches: defaultConfig.readConcurrency,
+    maxQueued: defaultConfig.readQueueMax,
+  },
 };
 
 /** The app wired as in production, on a fresh database of its own. */
@@ -60,6 +80,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
   const appDatabase = options.databaseUrl
     ? openPostgres({
         url: options.databaseUrl,
+        pooler: false,
         poolMax: 10,
         connectTimeoutMs: 2000,
         statementTimeoutMs: 5000,
@@ -67,23 +88,46 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       })
     : database.open();
   const logs: string[] = [];
+  const logger = createLogger('info', { write: (line: string) => logs.push(line) });
   const latestMillis = latestMigrationMillis();
   let repository: PlantRepository | undefined;
+  const idle = { queued: 0, inFlight: 0 };
   const metrics = createMetrics({
     pool: appDatabase.poolStats,
-    writes: () => repository?.stats() ?? { queued: 0, inFlight: 0 },
+    writes: () => repository?.stats().writes ?? idle,
+    reads: () => repository?.stats().reads ?? idle,
   });
+  const { webhooks } = options;
+  let dispatcher: Dispatcher | undefined;
+  const outbox = webhooks && { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) };
   repository = options.repository
     ? options.repository(appDatabase)
     : createPlantRepository(appDatabase.db, {
-        ...batching,
-        onBatch: (size) => metrics.observeBatch(size),
+        textAsBytes: batching.textAsBytes,
+        writes: { ...batching.writes, onBatch: (size) => metrics.observeBatch(size) },
+        reads: { ...batching.reads, onBatch: (size) => metrics.observeReadBatch(size) },
+        ...(outbox && {
+          outbox,
+          onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
+        }),
       });
+  if (webhooks && outbox) {
+    const statements = createOutbox(appDatabase.db, outbox);
+    dispatcher = createDispatcher({
+      db: appDatabase.db,
+      config: webhooks,
+      logger,
+      outbox: statements,
+      metrics: createWebhookMetrics(metrics.registry, () => statements.stats()),
+    });
+    dispatcher.start();
+  }
   const app = await buildApp({
     config: { ...defaultConfig, ...options.config },
-    logger: createLogger('info', { write: (line: string) => logs.push(line) }),
+    logger,
     repository,
     checkReadiness: () => schemaStatus(appDatabase.db, latestMillis),
+    ...(options.isStopping && { isStopping: options.isStopping }),
     metrics,
   });
   return {
@@ -92,8 +136,10 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     appDatabase,
     metrics,
     logs,
+    dispatcher,
     async close() {
       await app.close();
+      await dispatcher?.stop(0);
       await appDatabase.close();
       await database.drop();
     },

@@ -79,7 +79,8 @@ export function findPostgresBinaries(): string {
   return found;
 }
 
-function findOnPath(binary: string): string | undefined {
+/** The executable `binary` on PATH, or in /usr/sbin or /sbin where Debian puts daemons. */
+export function findOnPath(binary: string): string | undefined {
   const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin'];
   return dirs
     .filter((dir) => dir.startsWith('/'))
@@ -87,12 +88,13 @@ function findOnPath(binary: string): string | undefined {
     .find(isExecutable);
 }
 
-function userIds(user: string): { uid: number; gid: number } {
+/** The numeric ids of `user`, to hand it files. */
+export function userIds(user: string): { uid: number; gid: number } {
   const uid = spawnSync('id', ['-u', user], { encoding: 'utf8' });
   const gid = spawnSync('id', ['-g', user], { encoding: 'utf8' });
   if (uid.status !== 0 || gid.status !== 0) {
     throw new Error(
-      `the fault tests run as root, and PostgreSQL refuses to run as root: they run it as the user "${user}", which does not exist here`,
+      `these tests run as root, and PostgreSQL and PgBouncer refuse to run as root: they run them as the user "${user}", which does not exist here`,
     );
   }
   return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };

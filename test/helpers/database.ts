@@ -14,6 +14,8 @@ export function testEngine(): Engine {
 }
 
 export interface OpenOptions {
+  /** Open it as through a pooler in transaction mode (DB_POOLER). */
+  pooler?: boolean;
   poolMax?: number;
   connectTimeoutMs?: number;
   statementTimeoutMs?: number;
@@ -57,6 +59,7 @@ async function serverScratch(migrated: boolean): Promise<ScratchDatabase> {
     open: (options = {}) =>
       openPostgres({
         url,
+        pooler: options.pooler ?? false,
         poolMax: options.poolMax ?? 10,
         connectTimeoutMs: options.connectTimeoutMs ?? 2000,
         statementTimeoutMs: options.statementTimeoutMs ?? 5000,

@@ -14,14 +14,17 @@ export interface ComposeService {
   image?: string;
   command?: string | string[];
   environment?: Record<string, string> | string[];
+  stop_grace_period?: string;
+  ports?: string[];
 }
 
 export interface ComposeFile {
   services: Record<string, ComposeService>;
 }
 
-export function readCompose(): ComposeFile {
-  return parse(projectFile('docker-compose.yml')) as ComposeFile;
+/** docker-compose.yml, or another compose file of the project. */
+export function readCompose(file = 'docker-compose.yml'): ComposeFile {
+  return parse(projectFile(file)) as ComposeFile;
 }
 
 /**

@@ -27,6 +27,8 @@ export type Answer =
 export interface Attempt {
   plant: SentPlant;
   answer: Answer;
+  /** When it was sent (performance.now()), where known; the answer came `answer.ms` later. */
+  sentAt?: number;
 }
 
 export function plantJson(plant: SentPlant): string {
@@ -126,8 +128,9 @@ export function startLoad({
   async function client(): Promise<void> {
     while (!stopping) {
       const plant = plantFor(nextId++);
+      const sentAt = performance.now();
       const answer = await sendPlant(baseUrl, plant, timeoutMs);
-      attempts.push({ plant, answer });
+      attempts.push({ plant, answer, sentAt });
       if (answer.kind === 'status' && answer.status === 200) acknowledged++;
       else await new Promise((resolve) => setTimeout(resolve, pauseAfterFailureMs));
     }
@@ -269,10 +272,10 @@ export function notStoredAsSent(
     .map((plant) => String(plant.id));
 }
 
-/** One line for the test output. */
-export function formatReport(scenario: string, report: DurabilityReport): string {
+/** One line for the test output, tagged with the suite's name. */
+export function formatReport(scenario: string, report: DurabilityReport, suite = 'faults'): string {
   const { requests, acknowledged, verified, lost } = report;
-  return `[faults] ${scenario}: requests=${requests} acknowledged=${acknowledged} verified=${verified} lost=${lost} | answers=${JSON.stringify(report.answers)} storedUnacknowledged=${report.storedUnacknowledged} corrupted=${report.corrupted} phantoms=${report.phantoms} wrongAnswers=${report.wrongAnswers}`;
+  return `[${suite}] ${scenario}: requests=${requests} acknowledged=${acknowledged} verified=${verified} lost=${lost} | answers=${JSON.stringify(report.answers)} storedUnacknowledged=${report.storedUnacknowledged} corrupted=${report.corrupted} phantoms=${report.phantoms} wrongAnswers=${report.wrongAnswers}`;
 }
 
 /**
@@ -292,12 +295,13 @@ export async function retryUnacknowledged(
   const failures: Attempt[] = [];
   async function worker(): Promise<void> {
     for (let plant = pending.pop(); plant; plant = pending.pop()) {
+      const sentAt = performance.now();
       const answer = await sendPlant(baseUrl, plant, 15_000);
       const ok =
         answer.kind === 'status' &&
         answer.status === 200 &&
         isDeepStrictEqual(answer.body, expectedAnswer(plant));
-      if (!ok) failures.push({ plant, answer });
+      if (!ok) failures.push({ plant, answer, sentAt });
     }
   }
   await Promise.all(Array.from({ length: concurrency }, worker));

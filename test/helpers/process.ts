@@ -17,12 +17,25 @@ export interface RunningProcess {
 export interface RunOptions {
   /** Working directory; the project root unless given. */
   cwd?: string;
+  /** Run in a process group of its own, which `process.kill(-pid)` signals as a whole. */
+  detached?: boolean;
+  /** Run as this user and group (only root may choose). */
+  user?: { uid: number; gid: number };
 }
 
-// Children still running when this process exits (a run that is interrupted) die with it.
+// Children still running when this process exits (a run that is interrupted) die with it, and
+// so do the process groups of detached ones.
 const children = new Set<ChildProcess>();
+const groupLeaders = new WeakSet<ChildProcess>();
 process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
+  for (const child of children) {
+    if (!groupLeaders.has(child) || child.pid === undefined) child.kill('SIGKILL');
+    else {
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {}
+    }
+  }
 });
 
 /** Starts `command` in the project root (or `cwd`) with exactly `env` (plus PATH). */
@@ -30,13 +43,16 @@ export function run(
   command: string,
   args: string[],
   env: Record<string, string>,
-  { cwd = projectRoot }: RunOptions = {},
+  { cwd = projectRoot, detached = false, user }: RunOptions = {},
 ): RunningProcess {
   const child = spawn(command, args, {
     cwd,
+    ...user,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached,
   });
+  if (detached) groupLeaders.add(child);
   const stdout: string[] = [];
   const stderr: string[] = [];
   const collect = (into: string[]) => {
@@ -68,22 +84,32 @@ export interface StartServerOptions extends RunOptions {
   args?: string[];
 }
 
-/** Starts `node dist/server.js` and resolves once it listens (or rejects if it exits first). */
+/**
+ * Starts `node dist/server.js` and resolves once it listens and has opened (and migrated) its
+ * database, which it does after it listens; rejects if it exits first. No shutdown delay unless
+ * `env` sets one: nothing here load-balances, and SIGTERM stops at once.
+ */
 export async function startServer(
   env: Record<string, string>,
   { command = process.execPath, args = ['dist/server.js'], ...options }: StartServerOptions = {},
 ): Promise<RunningServer> {
-  const server = run(command, args, { HOST: '127.0.0.1', PORT: '0', ...env }, options);
+  const server = run(
+    command,
+    args,
+    { HOST: '127.0.0.1', PORT: '0', SHUTDOWN_DELAY_MS: '0', ...env },
+    options,
+  );
   const deadline = Date.now() + 60_000;
   let exitCode: number | string | undefined;
   server.exited.then((code) => {
     exitCode = code;
   });
   while (Date.now() < deadline) {
-    for (const line of server.stdout) {
-      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line);
-      if (match?.[1]) return { ...server, baseUrl: match[1] };
-    }
+    const listening = server.stdout
+      .map((line) => /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line)?.[1])
+      .find((url) => url !== undefined);
+    const started = server.stdout.some((line) => line.includes('"msg":"started in '));
+    if (listening && started) return { ...server, baseUrl: listening };
     if (exitCode !== undefined) {
       throw new Error(
         `server exited with ${exitCode}: ${server.stderr.join('\n')}${server.stdout.join('\n')}`,

@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { shippedMigrationNames } from '../../src/db/migrate.js';
 import { TOKEN } from '../helpers/app.js';
 import { run, startServer } from '../helpers/process.js';
 
@@ -22,10 +23,15 @@ describe('the service without DATABASE_URL', () => {
   it('runs on the embedded engine, says so and where the data lives, and keeps plants across a restart', async () => {
     const first = await startServer(env);
     try {
-      const announcement = first.stdout.map((line) => JSON.parse(line)).find((line) => line.engine);
+      const lines = first.stdout.map((line) => JSON.parse(line));
+      const announcement = lines.find((line) => line.engine);
       expect(announcement).toMatchObject({ engine: 'pglite' });
       expect(announcement.msg).toContain(
-        `the embedded PostgreSQL (PGlite) with its data in ${dataDir}`,
+        `creating the embedded PostgreSQL (PGlite) with its data in ${dataDir}`,
+      );
+      expect(announcement.msg).toContain('for trying things out');
+      expect(lines.find((line) => line.migrations)?.migrations).toStrictEqual(
+        shippedMigrationNames(),
       );
       expect((await fetch(`${first.baseUrl}/readyz`)).status).toBe(200);
       const created = await post(
@@ -40,6 +46,14 @@ describe('the service without DATABASE_URL', () => {
 
     const second = await startServer(env);
     try {
+      const lines = second.stdout.map((line) => JSON.parse(line));
+      expect(lines.find((line) => line.engine)?.msg).toContain(
+        `opening the embedded PostgreSQL (PGlite) with its data in ${dataDir}`,
+      );
+      expect(lines.find((line) => line.migrations)).toMatchObject({
+        migrations: [],
+        msg: 'the schema of the database is up to date: no migration to apply',
+      });
       const replay = await post(
         second.baseUrl,
         '{"id":9223372036854775807,"name":"Kept","tag":"🌱"}',
@@ -54,7 +68,7 @@ describe('the service without DATABASE_URL', () => {
     }
   });
 
-  it('refuses to open a data directory another running service holds', async () => {
+  it('refuses a data directory another running service holds, in one plain line', async () => {
     const first = await startServer(env);
     try {
       const second = run(process.execPath, ['dist/server.js'], {
@@ -63,10 +77,10 @@ describe('the service without DATABASE_URL', () => {
         HOST: '127.0.0.1',
       });
       expect(await second.exited).toBe(1);
-      const fatal = second.stdout
-        .map((line) => JSON.parse(line))
-        .find((line) => line.level === 'fatal');
-      expect(fatal?.err?.message).toBe(`${dataDir} is in use by process ${first.child.pid}`);
+      expect(second.stderr.filter((line) => line !== '')).toStrictEqual([
+        `plant-store: cannot start: ${dataDir} is in use by process ${first.child.pid}: one process at a time can use an embedded database; stop the other service or set another DATA_DIR`,
+      ]);
+      expect(second.stdout.filter((line) => line.includes('"level":"fatal"'))).toStrictEqual([]);
       expect((await fetch(`${first.baseUrl}/readyz`)).status).toBe(200);
     } finally {
       first.child.kill('SIGTERM');
@@ -80,6 +94,10 @@ describe('the service without DATABASE_URL', () => {
       const server = await startServer(
         { API_TOKENS: TOKEN, DATA_DIR: otherDir, HOME: process.env.HOME ?? '' },
         { command: 'npm', args: ['start'] },
+      );
+      // `npm test` built dist/ first: a start builds only when something changed since.
+      expect(server.stdout).toContainEqual(
+        expect.stringMatching(/^plant-store: dist\/ is up to date with src\//),
       );
       expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
       expect((await post(server.baseUrl, '{"id":1,"name":"npm"}')).status).toBe(200);

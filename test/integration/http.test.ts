@@ -86,10 +86,10 @@ describe('body size', () => {
 
 describe('unknown routes', () => {
   it.each([
-    ['GET', '/plants'],
     ['GET', '/nothing-here'],
-    ['DELETE', '/plants'],
-    ['POST', '/plants/1'],
+    ['GET', '/plants/1/leaves'],
+    ['DELETE', '/plants/1/'],
+    ['POST', '/plant'],
   ])('answer %s %s with 404 and the Error body', async (method, url) => {
     const response = await t.app.inject({ method: method as 'GET', url });
     expect(response.statusCode).toBe(404);

@@ -1,4 +1,13 @@
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, posix } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,17 +24,40 @@ import {
   stageEnvironment,
   stageWorkdir,
 } from '../helpers/deploy-files.js';
-import { projectRoot, type RunningServer, run, startServer } from '../helpers/process.js';
+import {
+  killIfRunning,
+  projectRoot,
+  type RunningServer,
+  run,
+  startServer,
+} from '../helpers/process.js';
 
-// Rebuilds the Dockerfile's runtime stage in a temporary directory, without Docker: the paths
-// it COPYs, with node_modules from the same `npm ci` its deps stage runs, then runs the image's
-// commands there with its ENV. What the image would lack (a production dependency, the
-// migrations, a file outside dist/), this lacks too.
+// Rebuilds the Dockerfile's runtime stage in a temporary directory that stands for the image's
+// filesystem, without Docker: the paths it COPYs (with their owner), node_modules from the same
+// `npm ci` its deps stage runs, the folders its other stages make, then runs the image's
+// commands in its WORKDIR with its ENV, as a non-root user whose home is elsewhere, as the image
+// does. What the image would lack (a production dependency, the migrations, a file outside
+// dist/, a writable data directory), this lacks too.
 
 const stages = readDockerfileStages();
 const runtime = runtimeStage(stages);
-/** The image's ENV, as the runtime stage sets it (NODE_ENV=production). */
+/** The image's ENV, as the runtime stage sets it (NODE_ENV=production, DATA_DIR=/data). */
 const imageEnvironment = stageEnvironment(runtime);
+
+/** distroless's `nonroot` user; another machine's user when these tests do not run as root. */
+const IMAGE_USER = { uid: 65532, gid: 65532 };
+const asImageUser = process.getuid?.() === 0 ? { user: IMAGE_USER } : {};
+
+/** The folders a stage's `RUN mkdir -p ...` instructions make, if that is all it runs. */
+function madeFolders(stage: DockerStage): string[] | undefined {
+  const folders: string[] = [];
+  for (const { text } of instructionsOf(stage, 'RUN')) {
+    const words = text.trim().split(/\s+/);
+    if (words[0] !== 'mkdir' || words[1] !== '-p') return undefined;
+    folders.push(...words.slice(2));
+  }
+  return folders.length > 0 ? folders : undefined;
+}
 
 /** npm's arguments of the `npm ci` among a stage's RUN instructions, if it has one. */
 function npmCiArguments(stage: DockerStage): string[] | undefined {
@@ -71,7 +103,13 @@ class StageRehearsal {
     let directory: string;
     const runs = instructionsOf(stage, 'RUN').map(({ text }) => text.trim());
     const install = npmCiArguments(stage);
-    if (runs.includes('npm run build')) {
+    const folders = madeFolders(stage);
+    if (folders) {
+      // A stage that only makes folders: its filesystem root, with them.
+      const stageRoot = join(this.root, name);
+      for (const folder of folders) mkdirSync(join(stageRoot, folder), { recursive: true });
+      directory = join(stageRoot, stageWorkdir(stage));
+    } else if (runs.includes('npm run build')) {
       // `npm test` runs the same build first (its pretest), into the project's dist/.
       directory = projectRoot;
     } else if (install) {
@@ -93,10 +131,14 @@ class StageRehearsal {
     return directory;
   }
 
-  /** Carries out the stage's COPY instructions into `directory` (its WORKDIR). */
+  /**
+   * Carries out the stage's COPY instructions into `directory` (its WORKDIR), whose ancestor at
+   * the WORKDIR's depth stands for the stage's filesystem root.
+   */
   async copy(stage: DockerStage, directory: string): Promise<void> {
     mkdirSync(directory, { recursive: true });
     const workdir = stageWorkdir(stage);
+    const filesystemRoot = join(directory, posix.relative(workdir, '/'));
     for (const { flags, args } of instructionsOf(stage, 'COPY')) {
       const destination = args.at(-1) ?? '';
       const sources = args.slice(0, -1);
@@ -116,15 +158,17 @@ class StageRehearsal {
         }
         const sourcePath = join(from, relativeSource);
         if (!existsSync(sourcePath)) throw new Error(`COPY ${source}: ${sourcePath} is missing`);
-        const relativeDestination = posix.isAbsolute(destination)
-          ? posix.relative(workdir, destination)
-          : destination;
+        const base = posix.isAbsolute(destination) ? filesystemRoot : directory;
         const target =
           destination.endsWith('/') || sources.length > 1
-            ? join(directory, relativeDestination, basename(relativeSource))
-            : join(directory, relativeDestination);
+            ? join(base, destination, basename(relativeSource))
+            : join(base, destination);
         mkdirSync(dirname(target), { recursive: true });
         cpSync(sourcePath, target, { recursive: true, verbatimSymlinks: true });
+        if (flags.chown && process.getuid?.() === 0) {
+          const [uid = '', gid = uid] = flags.chown.split(':');
+          chownSync(target, Number(uid), Number(gid));
+        }
       }
     }
   }
@@ -142,14 +186,38 @@ function ancestorNodeModules(directory: string): string[] {
 describe('the production image, rehearsed without Docker', () => {
   let root: string;
   let app: string;
+  /**
+   * The image brings its own Node.js. This one may live where the image's user cannot reach it
+   * (under root's home, mode 0700), so that user runs a copy inside the image's filesystem.
+   */
+  let node = process.execPath;
+
+  /**
+   * The environment of a container of the image: its ENV, with its absolute paths under `root`,
+   * and the home of its user, which is not the app's directory.
+   */
+  const inImage = (env: Record<string, string>): Record<string, string> => ({
+    ...imageEnvironment,
+    ...(imageEnvironment.DATA_DIR && { DATA_DIR: join(root, imageEnvironment.DATA_DIR) }),
+    HOME: '/home/nonroot',
+    ...env,
+  });
 
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), 'plant-store-image-'));
-    app = join(root, 'app');
+    // The image's user reads the app, as any user can in the image.
+    chmodSync(root, 0o755);
+    app = join(root, stageWorkdir(runtime));
     if (ancestorNodeModules(app).length > 0) {
       throw new Error(`packages outside the image would be found: ${ancestorNodeModules(app)}`);
     }
     await new StageRehearsal(root).copy(runtime, app);
+    if (asImageUser.user) {
+      node = join(root, 'usr', 'local', 'bin', 'node');
+      mkdirSync(dirname(node), { recursive: true });
+      cpSync(process.execPath, node);
+      chmodSync(node, 0o755);
+    }
   }, 300_000);
 
   afterAll(() => {
@@ -189,10 +257,10 @@ describe('the production image, rehearsed without Docker', () => {
     const database = await createScratchDatabase({ migrated: false });
     try {
       const migrate = run(
-        process.execPath,
+        node,
         composeCommand('migrate'),
-        { ...imageEnvironment, DATABASE_URL: serverUrlOf(database) },
-        { cwd: app },
+        inImage({ DATABASE_URL: serverUrlOf(database) }),
+        { cwd: app, ...asImageUser },
       );
       expect(await migrate.exited, migrate.stderr.join('\n')).toBe(0);
       const [table] = await database.query<{ name: string | null }>(
@@ -211,22 +279,21 @@ describe('the production image, rehearsed without Docker', () => {
     beforeAll(async () => {
       database = await createScratchDatabase({ migrated: false });
       const migrate = run(
-        process.execPath,
+        node,
         composeCommand('migrate'),
-        { ...imageEnvironment, DATABASE_URL: serverUrlOf(database) },
-        { cwd: app },
+        inImage({ DATABASE_URL: serverUrlOf(database) }),
+        { cwd: app, ...asImageUser },
       );
       const code = await migrate.exited;
       if (code !== 0) throw new Error(`migrate exited with ${code}: ${migrate.stderr.join('\n')}`);
       server = await startServer(
-        {
-          ...imageEnvironment,
+        inImage({
           DATABASE_URL: serverUrlOf(database),
           API_TOKENS: TOKEN,
           // As in docker-compose.yml and the Kubernetes Deployment: the migrate command did it.
           MIGRATE_ON_START: 'false',
-        },
-        { cwd: app, args: composeCommand('app') },
+        }),
+        { cwd: app, command: node, args: composeCommand('app'), ...asImageUser },
       );
     });
 
@@ -255,6 +322,47 @@ describe('the production image, rehearsed without Docker', () => {
         name: 'Monstera',
         tag: 'aroid',
       });
+    });
+
+    it('exits 0 on SIGTERM', async () => {
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+    });
+  });
+
+  describe('run alone, without DATABASE_URL, as `docker run -e API_TOKENS=... plant-store`', () => {
+    let server: RunningServer;
+
+    beforeAll(async () => {
+      server = await startServer(inImage({ API_TOKENS: TOKEN }), {
+        cwd: app,
+        command: node,
+        args: imageCommand(runtime),
+        ...asImageUser,
+      });
+    }, 120_000);
+
+    afterAll(async () => {
+      if (server) await killIfRunning(server);
+    });
+
+    it('runs the embedded engine in the data directory the image makes, and says what it is for', async () => {
+      expect(imageEnvironment.DATA_DIR).toBe('/data');
+      const announcement = server.stdout.find((line) => line.includes('"engine":"pglite"'));
+      expect(announcement).toContain(`with its data in ${join(root, 'data')}`);
+      expect(announcement).toContain('for trying things out');
+      expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
+    });
+
+    it('stores plants there, owned by the image user', async () => {
+      const response = await fetch(`${server.baseUrl}/plants`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: '{"id": 9007199254740993, "name": "Monstera", "tag": "aroid"}',
+      });
+      expect(response.status).toBe(200);
+      const owner = statSync(join(root, 'data', 'PG_VERSION')).uid;
+      expect(owner).toBe(asImageUser.user?.uid ?? process.getuid?.());
     });
 
     it('exits 0 on SIGTERM', async () => {

@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 
 let t: TestApp;
 // biome-ignore lint/suspicious/noExplicitAny: the document is checked field by field below
@@ -81,6 +83,60 @@ describe('GET /openapi.json', () => {
     expect(responses['429'].headers['retry-after']).toBeDefined();
   });
 
+  it('documents every status of the plant reads and deletes, each failure with the Error body', () => {
+    const operations = {
+      'get /plants': ['200', '400', '401', '408', '429', '431', '500', '503'],
+      'get /plants/{id}': ['200', '400', '401', '404', '408', '429', '431', '500', '503'],
+      'delete /plants/{id}': ['204', '400', '401', '404', '408', '413', '429', '431', '500', '503'],
+    };
+    for (const [operation, statuses] of Object.entries(operations)) {
+      const [method, path] = operation.split(' ') as [string, string];
+      const { responses } = document.paths[path][method];
+      expect(Object.keys(responses).sort()).toStrictEqual(statuses);
+      for (const status of statuses.filter((s) => s >= '400')) {
+        expect(responses[status].content['application/json'].schema).toStrictEqual({
+          $ref: '#/components/schemas/Error',
+        });
+        expect(responses[status].headers['x-request-id']).toBeDefined();
+      }
+    }
+  });
+
+  it('documents a page, a plant with its id, and a delete without a body', () => {
+    const list = document.paths['/plants'].get.responses['200'];
+    expect(list.content['application/json'].schema).toMatchObject({
+      type: 'array',
+      items: { $ref: '#/components/schemas/StoredPlant' },
+    });
+    expect(list.headers.link).toBeDefined();
+    expect(
+      document.paths['/plants/{id}'].get.responses['200'].content['application/json'].schema,
+    ).toStrictEqual({ $ref: '#/components/schemas/StoredPlant' });
+    expect(document.paths['/plants/{id}'].delete.responses['204'].content).toBeUndefined();
+    const { StoredPlant } = document.components.schemas;
+    expect(StoredPlant.required).toStrictEqual(['id', 'name']);
+    expect(StoredPlant.properties.id).toMatchObject({ type: 'integer', format: 'int64' });
+  });
+
+  it('documents the parameters of a page and of a plant path', () => {
+    const byName = (parameters: { name: string }[]) =>
+      Object.fromEntries(parameters.map((parameter) => [parameter.name, parameter]));
+    expect(byName(document.paths['/plants'].get.parameters)).toMatchObject({
+      limit: {
+        in: 'query',
+        required: false,
+        schema: { type: 'integer', format: 'int32', minimum: 1, maximum: 1000, default: 100 },
+      },
+      after: { in: 'query', required: false, schema: { type: 'integer', format: 'int64' } },
+      tag: { in: 'query', required: false, schema: { type: 'string', maxLength: 256 } },
+    });
+    for (const method of ['get', 'delete']) {
+      expect(document.paths['/plants/{id}'][method].parameters).toMatchObject([
+        { name: 'id', in: 'path', required: true, schema: { type: 'integer', format: 'int64' } },
+      ]);
+    }
+  });
+
   it('documents the probes as open to everyone', () => {
     expect(document.paths['/healthz'].get.security).toStrictEqual([]);
     expect(document.paths['/readyz'].get.security).toStrictEqual([]);
@@ -95,11 +151,334 @@ describe('GET /docs', () => {
     expect(response.body).toContain('swagger-ui');
   });
 
+  it('sets a strict policy that holds by any address, over plain HTTP too', async () => {
+    for (const url of ['/docs', '/docs/static/swagger-ui-bundle.js']) {
+      const response = await t.app.inject({ method: 'GET', url });
+      expect(response.headers['content-security-policy']).toBe(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+          "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      );
+    }
+    const api = await t.app.inject({ method: 'GET', url: '/openapi.json' });
+    expect(api.headers['content-security-policy']).toBe(
+      "default-src 'none'; frame-ancestors 'none'",
+    );
+  });
+
   it('serves the assets the page loads', async () => {
     const response = await t.app.inject({
       method: 'GET',
       url: '/docs/static/swagger-ui-bundle.js',
     });
     expect(response.statusCode).toBe(200);
+  });
+});
+
+// The document the service was built from, as published: a client generated from it, or a
+// validating proxy holding it, must work against the service unchanged.
+const source = JSON.parse(
+  readFileSync(new URL('../../spec/plant-store-openapi.json', import.meta.url), 'utf8'),
+);
+
+describe('the served document, beside the source document', () => {
+  const operations = Object.entries(
+    source.paths as Record<string, Record<string, unknown>>,
+  ).flatMap(([path, methods]) => Object.keys(methods).map((method) => [method, path] as const));
+
+  it('holds every path and operation of the source under the same keys', () => {
+    expect(operations).toStrictEqual([
+      ['get', '/plants'],
+      ['post', '/plants'],
+      ['delete', '/plants/{id}'],
+    ]);
+    for (const [method, path] of operations) expect(document.paths[path]?.[method]).toBeDefined();
+  });
+
+  it.each(operations)(
+    'holds every parameter of %s %s, in the same place, of the same type',
+    (method, path) => {
+      for (const parameter of source.paths[path][method].parameters ?? []) {
+        const served = document.paths[path][method].parameters.find(
+          (candidate: { name: string; in: string }) =>
+            candidate.name === parameter.name && candidate.in === parameter.in,
+        );
+        expect(served).toBeDefined();
+        expect(served.required ?? false).toBe(parameter.required ?? false);
+        expect(served.schema).toMatchObject(parameter.schema);
+      }
+    },
+  );
+
+  it.each(operations)('answers every status of %s %s that the source names', (method, path) => {
+    const statuses = Object.keys(source.paths[path][method].responses);
+    expect(Object.keys(document.paths[path][method].responses)).toEqual(
+      expect.arrayContaining(statuses),
+    );
+  });
+
+  it('holds every webhook of the source under the same key, with its body and answer', () => {
+    expect(Object.keys(source.webhooks)).toStrictEqual(['/plant/webhook']);
+    for (const [name, item] of Object.entries(source.webhooks as Record<string, object>)) {
+      for (const [method, operation] of Object.entries(item)) {
+        const served = document.webhooks[name][method];
+        expect(served.requestBody.content['application/json'].schema).toStrictEqual(
+          operation.requestBody.content['application/json'].schema,
+        );
+        expect(Object.keys(served.responses)).toEqual(
+          expect.arrayContaining(Object.keys(operation.responses)),
+        );
+      }
+    }
+  });
+
+  it('documents the Standard Webhooks headers of the newPlant webhook', () => {
+    const { parameters } = document.webhooks['/plant/webhook'].post;
+    expect(
+      parameters.map((p: { name: string; in: string; required: boolean }) => [
+        p.name,
+        p.in,
+        p.required,
+      ]),
+    ).toStrictEqual([
+      ['webhook-id', 'header', true],
+      ['webhook-timestamp', 'header', true],
+      ['webhook-signature', 'header', true],
+    ]);
+  });
+
+  it('holds every schema of the source, with its required properties and their types', () => {
+    const flatten = (schema: { allOf?: object[]; required?: string[]; properties?: object }) =>
+      (schema.allOf ?? [schema]).map((part) =>
+        part && '$ref' in part ? source.components.schemas.Plant : part,
+      ) as { required?: string[]; properties?: Record<string, object> }[];
+    for (const [name, schema] of Object.entries(source.components.schemas)) {
+      const served = document.components.schemas[name];
+      expect(served).toBeDefined();
+      for (const part of flatten(schema as object)) {
+        expect(served.required).toEqual(expect.arrayContaining(part.required ?? []));
+        for (const [property, definition] of Object.entries(part.properties ?? {})) {
+          const { description: _, ...type } = definition as { description?: string };
+          expect(served.properties[property]).toMatchObject(type);
+        }
+      }
+    }
+  });
+});
+
+describe('answers, as a proxy validating against the source document sees them', () => {
+  const ajv = new Ajv2020({ strict: false, formats: { int32: true, int64: true } });
+  ajv.addSchema({ ...source, $id: 'source.json' });
+  const responseSchema = (path: string, method: string, status: string) =>
+    ajv.compile({
+      $ref: `source.json#/paths/${path.replaceAll('/', '~1')}/${method}/responses/${status}/content/application~1json/schema`,
+    });
+  const auth = { authorization: `Bearer ${TOKEN}` };
+
+  beforeAll(async () => {
+    for (const plant of [
+      '{"id":9223372036854775807,"name":"Largest","tag":"edge"}',
+      '{"id":-9223372036854775808,"name":"Smallest"}',
+      '{"id":7,"name":"\\ufeffBOM \\u2028","tag":""}',
+    ]) {
+      expect((await postPlant(t.app, plant)).statusCode).toBe(200);
+    }
+  });
+
+  it('finds every page of GET /plants valid: the source Plant allows the extra id', async () => {
+    const valid = responseSchema('/plants', 'get', '200');
+    for (const url of ['/plants', '/plants?limit=1', '/plants?tag=', '/plants?after=7']) {
+      const response = await t.app.inject({ method: 'GET', url, headers: auth });
+      expect(response.statusCode).toBe(200);
+      const body = response.json();
+      expect(valid(body), JSON.stringify(valid.errors)).toBe(true);
+    }
+  });
+
+  it('finds the answers to POST /plants valid', async () => {
+    const valid = responseSchema('/plants', 'post', '200');
+    const response = await postPlant(t.app, { id: 8, name: 'Fern', tag: 'green' });
+    expect(valid(response.json())).toBe(true);
+  });
+
+  it.each([
+    ['get', '/plants?limit=0'],
+    ['post', '/plants'],
+    ['delete', '/plants/01'],
+  ] as const)('finds the 400 of %s %s a valid Error', async (method, url) => {
+    const response = await t.app.inject({
+      method: method.toUpperCase() as 'GET',
+      url,
+      headers: { ...auth, 'content-type': 'application/json' },
+      payload: method === 'post' ? '{}' : undefined,
+    });
+    expect(response.statusCode).toBe(400);
+    const path = url.startsWith('/plants/') ? '/plants/{id}' : '/plants';
+    expect(responseSchema(path, method, '400')(response.json())).toBe(true);
+  });
+
+  it('finds a 204 without a body where the source declares none', async () => {
+    const response = await t.app.inject({ method: 'DELETE', url: '/plants/8', headers: auth });
+    expect(response.statusCode).toBe(204);
+    expect(source.paths['/plants/{id}'].delete.responses['204'].content).toStrictEqual({});
+    expect(response.body).toBe('');
+  });
+});
+
+describe('the examples of the document', () => {
+  type Media = { schema: object; examples?: Record<string, { summary: string; value: unknown }> };
+  type Operation = {
+    requestBody?: { content: Record<string, Media> };
+    responses: Record<string, { content?: Record<string, Media> }>;
+  };
+  /** Every JSON body of every operation and webhook: [where, pointer to its media type, media]. */
+  const bodies = (): [string, string, Media][] => {
+    const found: [string, string, Media][] = [];
+    const pointer = (...parts: string[]) =>
+      `#/${parts.map((part) => part.replaceAll('~', '~0').replaceAll('/', '~1')).join('/')}`;
+    for (const kind of ['paths', 'webhooks']) {
+      for (const [path, operations] of Object.entries(
+        (document[kind] ?? {}) as Record<string, Record<string, Operation>>,
+      )) {
+        for (const [method, operation] of Object.entries(operations)) {
+          const request = operation.requestBody?.content['application/json'];
+          if (request) {
+            const at = [kind, path, method, 'requestBody', 'content', 'application/json'];
+            found.push([`${method} ${path} request`, pointer(...at), request]);
+          }
+          for (const [status, response] of Object.entries(operation.responses)) {
+            const media = response.content?.['application/json'];
+            const at = [kind, path, method, 'responses', status, 'content', 'application/json'];
+            if (media) found.push([`${method} ${path} ${status}`, pointer(...at), media]);
+          }
+        }
+      }
+    }
+    return found;
+  };
+
+  it('gives every request and response body of every operation at least one example', () => {
+    expect(bodies().length).toBeGreaterThan(40);
+    const without = bodies()
+      .filter(([, , media]) => Object.keys(media.examples ?? {}).length === 0)
+      .map(([where]) => where);
+    expect(without).toStrictEqual([]);
+  });
+
+  it('finds every example valid against the schema of its body', () => {
+    const ajv = new Ajv2020({ strict: false, formats: { int32: true, int64: true } });
+    ajv.addSchema({ ...document, $id: 'served.json' });
+    for (const [where, pointer, media] of bodies()) {
+      const valid = ajv.compile({ $ref: `served.json${pointer}/schema` });
+      for (const [name, example] of Object.entries(media.examples ?? {})) {
+        expect(example.summary, `${where} ${name}`).not.toBe('');
+        expect(valid(example.value), `${where} ${name}: ${JSON.stringify(valid.errors)}`).toBe(
+          true,
+        );
+      }
+    }
+  });
+
+  describe('are the answers the service gives', () => {
+    let s: TestApp;
+    const auth = { authorization: `Bearer ${TOKEN}` };
+    const example = (path: string, method: string, status: string, name: string) =>
+      (status === 'request'
+        ? document.paths[path][method].requestBody.content['application/json']
+        : document.paths[path][method].responses[status].content['application/json']
+      ).examples[name].value;
+    const answer = async (
+      method: 'GET' | 'POST' | 'DELETE',
+      url: string,
+      payload?: string,
+      headers: Record<string, string> = auth,
+    ) => {
+      const response = await s.app.inject({ method, url, payload, headers });
+      return { status: String(response.statusCode), body: response.json() };
+    };
+    const create = (body: unknown, headers?: Record<string, string>) =>
+      answer('POST', '/plants', JSON.stringify(body), {
+        ...auth,
+        'content-type': 'application/json',
+        ...headers,
+      });
+
+    beforeAll(async () => {
+      s = await startTestApp();
+    });
+    afterAll(() => s.close());
+
+    it('for the creates, reads and pages they show', async () => {
+      const monstera = example('/plants', 'post', 'request', 'monstera');
+      expect(await create(monstera)).toStrictEqual({
+        status: '200',
+        body: example('/plants', 'post', '200', 'monstera'),
+      });
+      expect((await create(example('/plants', 'post', 'request', 'fern'))).status).toBe('200');
+      expect((await create({ id: 2, name: 'Ivy', tag: '' })).status).toBe('200');
+      expect(await answer('GET', `/plants/${monstera.id}`)).toStrictEqual({
+        status: '200',
+        body: example('/plants/{id}', 'get', '200', 'monstera'),
+      });
+      expect(await answer('GET', '/plants?limit=3')).toStrictEqual({
+        status: '200',
+        body: example('/plants', 'get', '200', 'full'),
+      });
+      expect(await answer('GET', '/plants?tag=aroid')).toStrictEqual({
+        status: '200',
+        body: example('/plants', 'get', '200', 'aroids'),
+      });
+      expect(await create({ ...monstera, name: 'Other' })).toStrictEqual({
+        status: '409',
+        body: example('/plants', 'post', '409', 'otherName'),
+      });
+    });
+
+    it.each([
+      ['post', '/plants', '400', 'wrongType', () => create({ id: '5', name: 'Monstera' })],
+      ['post', '/plants', '400', 'emptyName', () => create({ id: 5, name: '' })],
+      [
+        'post',
+        '/plants',
+        '401',
+        'missing',
+        () => create({ id: 5, name: 'x' }, { authorization: '' }),
+      ],
+      [
+        'post',
+        '/plants',
+        '401',
+        'unknown',
+        () => create({ id: 5, name: 'x' }, { authorization: 'Bearer nope' }),
+      ],
+      ['post', '/plants', '413', 'body', () => create({ id: 5, name: 'x'.repeat(70_000) })],
+      [
+        'post',
+        '/plants',
+        '415',
+        'contentType',
+        () => create({ id: 5, name: 'x' }, { 'content-type': 'text/plain' }),
+      ],
+      ['get', '/plants', '400', 'limit', () => answer('GET', '/plants?limit=0')],
+      ['get', '/plants', '400', 'repeated', () => answer('GET', '/plants?after=1&after=2')],
+      ['get', '/plants/{id}', '400', 'leadingZero', () => answer('GET', '/plants/007')],
+      ['get', '/plants/{id}', '404', 'noSuchPlant', () => answer('GET', '/plants/4')],
+      ['delete', '/plants/{id}', '400', 'leadingZero', () => answer('DELETE', '/plants/007')],
+      ['delete', '/plants/{id}', '404', 'noSuchPlant', () => answer('DELETE', '/plants/4')],
+      [
+        'delete',
+        '/plants/{id}',
+        '413',
+        'body',
+        () =>
+          answer('DELETE', '/plants/4', 'x'.repeat(70_000), {
+            ...auth,
+            'content-type': 'text/plain',
+          }),
+      ],
+      ['get', '/healthz', '200', 'ok', () => answer('GET', '/healthz')],
+      ['get', '/readyz', '200', 'ready', () => answer('GET', '/readyz')],
+    ] as const)('for %s %s %s %s', async (method, path, status, name, send) => {
+      expect(await send()).toStrictEqual({ status, body: example(path, method, status, name) });
+    });
   });
 });

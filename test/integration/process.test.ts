@@ -1,8 +1,12 @@
+import { execFileSync } from 'node:child_process';
+import { once } from 'node:events';
+import { connect, createServer, type Socket } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { shippedMigrationNames } from '../../src/db/migrate.js';
 import { HASHED_TOKEN, TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
 import { createScratchDatabase, type ScratchDatabase, serverUrlOf } from '../helpers/database.js';
-import { run, startServer } from '../helpers/process.js';
+import { freePort, killIfRunning, run, startServer, waitUntilReady } from '../helpers/process.js';
 
 const tokens = TOKEN_ENTRIES.join(',');
 
@@ -34,6 +38,91 @@ describe('configuration at start', () => {
     expect(await server.exited).toBe(1);
     expect(server.stderr.filter((line) => line !== '')).toHaveLength(1);
     expect(server.stderr[0]).toContain(message);
+  });
+});
+
+describe('start-up', () => {
+  it('listens before its database answers, answers 503 meanwhile, and serves once it does', async () => {
+    const database = await createScratchDatabase({ migrated: false });
+    const target = new URL(serverUrlOf(database));
+    const port = await freePort();
+    const via = new URL(target);
+    via.port = String(port);
+    const server = run(process.execPath, ['dist/server.js'], {
+      DATABASE_URL: via.toString(),
+      API_TOKENS: TOKEN,
+      HOST: '127.0.0.1',
+      PORT: '0',
+    });
+    // Nothing listens on `port` until the forwarder below does.
+    const forwarder = createServer((client) => {
+      const upstream = connect(Number(target.port || 5432), target.hostname);
+      client.pipe(upstream).pipe(client);
+      client.on('error', () => upstream.destroy());
+      upstream.on('error', () => client.destroy());
+    });
+    try {
+      let baseUrl: string | undefined;
+      while (!baseUrl) {
+        if (server.child.exitCode !== null) throw new Error(server.stderr.join('\n'));
+        baseUrl = server.stdout
+          .map((line) => /Server listening at (http:\/\/[\d.:]+)/.exec(line)?.[1])
+          .find((url) => url !== undefined);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      while (!server.stdout.some((line) => line.includes('the database is not reachable yet'))) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect((await fetch(`${baseUrl}/healthz`)).status).toBe(200);
+      const readiness = await fetch(`${baseUrl}/readyz`);
+      expect(readiness.status).toBe(503);
+      expect(readiness.headers.get('retry-after')).toBe('2');
+      expect(await readiness.json()).toStrictEqual({
+        error: 503,
+        message: 'the service is starting: its database is not open yet',
+      });
+      const create = await post(baseUrl, { id: 1, name: 'Early' });
+      expect(create.status).toBe(503);
+      expect(create.headers.get('retry-after')).toBe('1');
+      expect(await create.json()).toStrictEqual({
+        error: 503,
+        message: 'the service is starting; retry shortly',
+      });
+
+      forwarder.listen(port, '127.0.0.1');
+      await once(forwarder, 'listening');
+      await waitUntilReady(baseUrl, 20_000);
+      expect((await post(baseUrl, { id: 1, name: 'Later' })).status).toBe(200);
+      const shipped = shippedMigrationNames();
+      expect(server.stdout.find((line) => line.includes('"migrations"'))).toContain(
+        `applied ${shipped.length} migrations ${shipped.join(', ')} to the database`,
+      );
+    } finally {
+      await killIfRunning(server);
+      forwarder.close();
+      await database.drop();
+    }
+  });
+
+  it('refuses a port another process listens on, in one plain line', async () => {
+    const holder = createServer();
+    holder.listen(0, '127.0.0.1');
+    await once(holder, 'listening');
+    const { port } = holder.address() as { port: number };
+    try {
+      const server = run(process.execPath, ['dist/server.js'], {
+        DATABASE_URL: 'postgres://127.0.0.1:1/none',
+        API_TOKENS: TOKEN,
+        HOST: '127.0.0.1',
+        PORT: String(port),
+      });
+      expect(await server.exited).toBe(1);
+      expect(server.stderr.filter((line) => line !== '')).toStrictEqual([
+        `plant-store: cannot start: port ${port} on 127.0.0.1 is in use by another process; stop it or set PORT`,
+      ]);
+    } finally {
+      holder.close();
+    }
   });
 });
 
@@ -95,6 +184,104 @@ describe('the service process', () => {
     );
     expect(await server.exited).toBe(0);
     expect(server.stdout.some((line) => line.includes('"stopped"'))).toBe(true);
+  });
+
+  /** Holds the row of `id` in an open transaction, so that creates of it wait. */
+  async function holdRow(id: number) {
+    const blocker = new pg.Client({ connectionString: serverUrlOf(database) });
+    blocker.on('error', () => {});
+    await blocker.connect();
+    await blocker.query('begin');
+    await blocker.query(`insert into plants (id, name) values (${id}, 'Held')`);
+    let released = false;
+    return {
+      async release() {
+        if (released) return;
+        released = true;
+        await blocker.query('commit');
+        await blocker.end();
+      },
+    };
+  }
+
+  it('drains once when a signal reaches both npm and the service (Ctrl-C, a process-group kill)', async () => {
+    const server = await startServer(
+      { DATABASE_URL: serverUrlOf(database), API_TOKENS: tokens },
+      { command: 'npm', args: ['start', '--silent', '--ignore-scripts'], detached: true },
+    );
+    const held = await holdRow(43);
+    try {
+      const inFlight = Array.from({ length: 5 }, () =>
+        post(server.baseUrl, { id: 43, name: 'Held' }).then(
+          (r) => r.status,
+          () => 'cut',
+        ),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+
+      process.kill(-(server.child.pid as number), 'SIGINT');
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(server.child.exitCode).toBeNull();
+      await held.release();
+
+      expect(await Promise.all(inFlight)).toStrictEqual([200, 200, 200, 200, 200]);
+      expect(await server.exited).toBe(0);
+    } finally {
+      await held.release();
+    }
+    expect(server.stdout.filter((line) => line.includes('"shutting down'))).toHaveLength(1);
+    expect(server.stdout.some((line) => line.includes('second signal'))).toBe(false);
+    expect(server.stdout.some((line) => line.includes('"stopped"'))).toBe(true);
+  });
+
+  it('exits at once on a second signal sent a while after the first', async () => {
+    const server = await startServer({ DATABASE_URL: serverUrlOf(database), API_TOKENS: tokens });
+    const held = await holdRow(44);
+    try {
+      const inFlight = post(server.baseUrl, { id: 44, name: 'Held' }).catch(() => 'cut');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      server.child.kill('SIGTERM');
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      expect(server.child.exitCode).toBeNull();
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(1);
+      expect(await inFlight).toBe('cut');
+      expect(server.stdout.some((line) => line.includes('second signal'))).toBe(true);
+    } finally {
+      await held.release();
+    }
+  });
+
+  it('accepts 2,000 connections opened at once, none of them dropped and retried', async () => {
+    // The test and the service each hold 2,000 sockets.
+    const openFiles = Number(execFileSync('sh', ['-c', 'ulimit -n']).toString().trim());
+    if (openFiles < 4500) {
+      console.log(`skipped: ulimit -n is ${openFiles}, below the 4,500 this test needs`);
+      return;
+    }
+    const server = await startServer({ DATABASE_URL: serverUrlOf(database), API_TOKENS: tokens });
+    const { port } = new URL(server.baseUrl);
+    const sockets: Socket[] = [];
+    try {
+      // A connection the listen queue had no room for is retried after a second (TCP's RTO).
+      const connectMs = await Promise.all(
+        Array.from({ length: 2000 }, () => {
+          const started = performance.now();
+          const socket = connect(Number(port), '127.0.0.1');
+          sockets.push(socket);
+          return new Promise<number>((resolve, reject) => {
+            socket.once('connect', () => resolve(performance.now() - started));
+            socket.once('error', reject);
+          });
+        }),
+      );
+      expect(Math.max(...connectMs)).toBeLessThan(1000);
+      expect((await fetch(`${server.baseUrl}/healthz`)).status).toBe(200);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      server.child.kill('SIGTERM');
+      await server.exited;
+    }
   });
 
   it('serves /metrics on METRICS_PORT only, when it is set', async () => {

@@ -17,15 +17,20 @@ describe('loadConfig', () => {
       apiTokens: ['secret-token'],
       logLevel: 'info',
       migrateOnStart: true,
+      dbPooler: false,
       dbPoolMax: 10,
       dbConnectTimeoutMs: 5000,
       dbStatementTimeoutMs: 5000,
       bodyLimit: 65536,
       shutdownTimeoutMs: 10000,
+      shutdownDelayMs: 5000,
       jsonMaxDepth: 32,
       writeBatchMax: 500,
       writeConcurrency: 4,
       writeQueueMax: 10000,
+      readBatchMax: 500,
+      readConcurrency: 4,
+      readQueueMax: 10000,
       authFailureLimit: 30,
       tokenRateLimit: 0,
       rateLimitWindowMs: 60000,
@@ -33,6 +38,7 @@ describe('loadConfig', () => {
       httpHeadersTimeoutMs: 10000,
       httpRequestTimeoutMs: 30000,
       httpKeepAliveTimeoutMs: 72000,
+      webhooks: undefined,
       metricsPort: undefined,
     });
   });
@@ -44,18 +50,22 @@ describe('loadConfig', () => {
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
       MIGRATE_ON_START: 'false',
+      DB_POOLER: 'true',
       DB_POOL_MAX: '20',
       BODY_LIMIT: '1024',
       SHUTDOWN_TIMEOUT_MS: '500',
+      SHUTDOWN_DELAY_MS: '0',
     });
     expect(config).toMatchObject({
       port: 8080,
       host: '127.0.0.1',
       logLevel: 'warn',
       migrateOnStart: false,
+      dbPooler: true,
       dbPoolMax: 20,
       bodyLimit: 1024,
       shutdownTimeoutMs: 500,
+      shutdownDelayMs: 0,
     });
   });
 
@@ -81,6 +91,8 @@ describe('loadConfig', () => {
     ['DB_POOL_MAX', '0', 'DB_POOL_MAX must be an integer from 1 to 1000'],
     ['BODY_LIMIT', '-1', 'BODY_LIMIT must be an integer'],
     ['SHUTDOWN_TIMEOUT_MS', 'soon', 'SHUTDOWN_TIMEOUT_MS must be an integer'],
+    ['SHUTDOWN_DELAY_MS', '-1', 'SHUTDOWN_DELAY_MS must be an integer from 0 to 3600000'],
+    ['DB_POOLER', 'pgbouncer', 'DB_POOLER must be true or false'],
   ])('rejects %s=%j with a message that names it', (name, value, message) => {
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(message);
@@ -90,6 +102,18 @@ describe('loadConfig', () => {
     expect(loadConfig({ ...base, DB_POOL_MAX: '2', WRITE_CONCURRENCY: '8' }).writeConcurrency).toBe(
       2,
     );
+  });
+
+  it('caps READ_CONCURRENCY at DB_POOL_MAX', () => {
+    expect(loadConfig({ ...base, DB_POOL_MAX: '3', READ_CONCURRENCY: '8' }).readConcurrency).toBe(
+      3,
+    );
+  });
+
+  it('reads the batching of reads by id', () => {
+    expect(
+      loadConfig({ ...base, READ_BATCH_MAX: '1', READ_CONCURRENCY: '2', READ_QUEUE_MAX: '50' }),
+    ).toMatchObject({ readBatchMax: 1, readConcurrency: 2, readQueueMax: 50 });
   });
 
   it.each([
@@ -109,6 +133,12 @@ describe('loadConfig', () => {
       );
     },
   );
+
+  it('refuses DB_POOLER without DATABASE_URL, since the embedded engine has no pooler', () => {
+    expect(() => loadConfig({ API_TOKENS: base.API_TOKENS, DB_POOLER: 'true' })).toThrow(
+      'DB_POOLER needs DATABASE_URL',
+    );
+  });
 
   it('refuses METRICS_PORT equal to PORT', () => {
     expect(() => loadConfig({ ...base, PORT: '9000', METRICS_PORT: '9000' })).toThrow(

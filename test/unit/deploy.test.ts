@@ -16,6 +16,8 @@ const folder = 'deploy/kubernetes';
 
 interface HttpProbe {
   httpGet?: { path?: string; port?: string | number; scheme?: string };
+  periodSeconds?: number;
+  failureThreshold?: number;
 }
 
 interface EnvVar {
@@ -102,6 +104,15 @@ function envValue(of: Container, name: string): string | undefined {
   return of.env?.find((variable) => variable.name === name)?.value;
 }
 
+/** The service's configuration as the Deployment sets it (defaults for what it leaves out). */
+function deploymentConfig() {
+  const env: Record<string, string> = { API_TOKENS: 'placeholder' };
+  for (const { name, value } of container('Deployment').env ?? []) {
+    if (value !== undefined) env[name] = value;
+  }
+  return loadConfig(env);
+}
+
 /** The container port a probe (or a Service's targetPort) refers to, by number or by name. */
 function resolvePort(of: Container, port: string | number | undefined): number | undefined {
   if (typeof port === 'number') return port;
@@ -184,11 +195,20 @@ describe('the Deployment', () => {
     expect(envValue(container('Deployment'), 'MIGRATE_ON_START')).toBe('false');
   });
 
-  it('lets the service finish in-flight requests before the kubelet kills the pod', () => {
+  it('lets the service report not ready, then finish in-flight requests, before the kubelet kills the pod', () => {
     const grace = podTemplate('Deployment').spec.terminationGracePeriodSeconds;
-    const shutdownMs = Number(envValue(container('Deployment'), 'SHUTDOWN_TIMEOUT_MS') ?? 10_000);
+    const { shutdownDelayMs, shutdownTimeoutMs } = deploymentConfig();
     expect(grace).toBeDefined();
-    expect((grace ?? 0) * 1000).toBeGreaterThan(shutdownMs);
+    expect((grace ?? 0) * 1000).toBeGreaterThan(shutdownDelayMs + shutdownTimeoutMs);
+  });
+
+  it('lets a readiness probe see a stopping pod within the shutdown delay', () => {
+    const { readinessProbe } = container('Deployment');
+    // Kubernetes' defaults: every 10 s, 3 failures.
+    const noticeMs =
+      (readinessProbe?.periodSeconds ?? 10) * (readinessProbe?.failureThreshold ?? 3) * 1000;
+    expect(deploymentConfig().shutdownDelayMs).toBeGreaterThan(0);
+    expect(noticeMs).toBeLessThanOrEqual(deploymentConfig().shutdownDelayMs);
   });
 
   it('runs two replicas', () => {
