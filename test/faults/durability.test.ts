@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { TOKEN_ENTRIES } from '../helpers/app.js';
 import {
@@ -41,6 +42,8 @@ interface Scenario {
   service: RunningServer;
   /** Starts the service again, with the same configuration and address. */
   restart(): Promise<RunningServer>;
+  /** The scenario's database. */
+  databaseUrl: string;
 }
 
 async function readPlants(databaseUrl: string): Promise<StoredRow[]> {
@@ -67,6 +70,7 @@ async function underLoad(name: string, fault: (scenario: Scenario) => Promise<vo
     DB_STATEMENT_TIMEOUT_MS: '2000',
   };
   const scenario: Scenario = {
+    databaseUrl,
     service: await startServer(env),
     async restart() {
       scenario.service = await startServer(env);
@@ -126,6 +130,20 @@ async function underLoad(name: string, fault: (scenario: Scenario) => Promise<vo
   }
 }
 
+/** Waits until an INSERT into plants waits for a lock `blocker` holds. */
+async function waitForBlockedInsert(blocker: pg.Client): Promise<void> {
+  const deadline = Date.now() + WITHIN_MS;
+  while (Date.now() < deadline) {
+    const { rows } = await blocker.query<{ waiting: number }>(
+      `select count(*)::int as waiting from pg_stat_activity
+        where wait_event_type = 'Lock' and query ilike '%insert into%plants%'`,
+    );
+    if ((rows[0]?.waiting ?? 0) > 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error('no INSERT came to wait for the lock');
+}
+
 describe('no acknowledged create is lost', () => {
   it('when the service is killed (SIGKILL) under load and started again', async () => {
     const { report } = await underLoad('service SIGKILL', async (scenario) => {
@@ -152,7 +170,21 @@ describe('no acknowledged create is lost', () => {
   it('when the service is stopped (SIGTERM) under load: in-flight creates finish, then it starts again', async () => {
     let drained = 0;
     const { report, attempts } = await underLoad('service SIGTERM', async (scenario) => {
-      scenario.service.child.kill('SIGTERM');
+      // Between two batches every connection may be idle, and a stopping server closes idle
+      // connections at once. Hold the INSERT on a table lock so creates are surely in flight.
+      const blocker = new pg.Client({ connectionString: scenario.databaseUrl });
+      await blocker.connect();
+      try {
+        await blocker.query('begin');
+        await blocker.query('lock table plants in share mode');
+        await waitForBlockedInsert(blocker);
+        scenario.service.child.kill('SIGTERM');
+        // The signal lands while the batch waits; then the INSERT proceeds and its creates are answered.
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await blocker.query('commit');
+      } finally {
+        await blocker.end();
+      }
       expect(await scenario.service.exited).toBe(0);
       expect(scenario.service.stdout.some((line) => line.includes('"stopped"'))).toBe(true);
       await scenario.restart();
