@@ -1,5 +1,5 @@
 import { ConfigError, loadConfig } from './config.js';
-import { openDatabase } from './db/client.js';
+import { openCommandDatabase } from './db/client.js';
 import { describeMigrations } from './db/migrate.js';
 import { createLogger } from './logger.js';
 
@@ -8,15 +8,7 @@ try {
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
   try {
-    const database = await openDatabase({
-      url: config.databaseUrl,
-      pooler: config.dbPooler,
-      dataDir: config.dataDir,
-      poolMax: 1,
-      connectTimeoutMs: config.dbConnectTimeoutMs,
-      statementTimeoutMs: config.dbStatementTimeoutMs,
-      onIdleError: () => {},
-    });
+    const database = await openCommandDatabase(config);
     try {
       const applied = await database.migrate();
       logger.info({ migrations: applied }, describeMigrations(applied, database.description));

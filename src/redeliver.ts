@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from './config.js';
-import { openDatabase } from './db/client.js';
+import { openCommandDatabase } from './db/client.js';
 import { createLogger } from './logger.js';
 import { type RedeliveryFilter, redeliverFailed } from './webhooks/outbox.js';
 
@@ -46,15 +46,7 @@ try {
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
   try {
-    const database = await openDatabase({
-      url: config.databaseUrl,
-      pooler: config.dbPooler,
-      dataDir: config.dataDir,
-      poolMax: 1,
-      connectTimeoutMs: config.dbConnectTimeoutMs,
-      statementTimeoutMs: config.dbStatementTimeoutMs,
-      onIdleError: () => {},
-    });
+    const database = await openCommandDatabase(config);
     try {
       const count = await redeliverFailed(database.db, filter, dryRun);
       process.stdout.write(

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { Config } from '../config.js';
 import type * as schema from './schema.js';
 
 /** Drizzle's PostgreSQL API, whichever engine runs underneath. */
@@ -80,4 +81,25 @@ export async function openDatabase(options: DatabaseOptions): Promise<AppDatabas
   // Loaded only when used: the server path never pays for the WebAssembly engine.
   const { openEmbedded } = await import('./embedded.js');
   return openEmbedded(options);
+}
+
+/**
+ * The database of a one-shot command (`db:migrate`, `webhooks:redeliver`): one connection, and
+ * an idle connection's error is the command's own failure to report, not a process crash.
+ */
+export function openCommandDatabase(
+  config: Pick<
+    Config,
+    'databaseUrl' | 'dbPooler' | 'dataDir' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs'
+  >,
+): Promise<AppDatabase> {
+  return openDatabase({
+    url: config.databaseUrl,
+    pooler: config.dbPooler,
+    dataDir: config.dataDir,
+    poolMax: 1,
+    connectTimeoutMs: config.dbConnectTimeoutMs,
+    statementTimeoutMs: config.dbStatementTimeoutMs,
+    onIdleError: () => {},
+  });
 }
