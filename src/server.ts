@@ -147,9 +147,12 @@ function refusalOf(error: unknown): string | undefined {
   if (error instanceof DataDirInUseError) {
     return `${error.message}: one process at a time can use an embedded database; stop the other service or set another DATA_DIR`;
   }
-  const { code, syscall, path, message } = error as NodeJS.ErrnoException;
+  const { code, syscall, path, message, port } = error as NodeJS.ErrnoException & {
+    port?: number;
+  };
   if (syscall === 'listen' && code === 'EADDRINUSE') {
-    return `port ${config.port} on ${config.host} is in use by another process; stop it or set PORT`;
+    const variable = port !== undefined && port === config.metricsPort ? 'METRICS_PORT' : 'PORT';
+    return `port ${port ?? config.port} on ${config.host} is in use by another process; stop it or set ${variable}`;
   }
   if (syscall === 'listen' && code === 'EACCES') {
     return `this user may not listen on port ${config.port}; set PORT to 1024 or above`;

@@ -153,7 +153,10 @@ export async function startMetricsServer(
   metrics: Metrics,
   { port, host, logger }: { port: number; host: string; logger: FastifyBaseLogger },
 ): Promise<FastifyInstance> {
-  const server = Fastify({ loggerInstance: logger, disableRequestLogging: true });
+  const server = Fastify({
+    loggerInstance: logger,
+    logController: new Fastify.LogController({ disableRequestLogging: true }),
+  });
   server.setErrorHandler(errorHandler);
   server.setNotFoundHandler(notFoundHandler);
   await server.register(metricsRoute, { metrics });

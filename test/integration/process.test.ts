@@ -124,6 +124,28 @@ describe('start-up', () => {
       holder.close();
     }
   });
+
+  it('names METRICS_PORT when that is the port another process listens on', async () => {
+    const holder = createServer();
+    holder.listen(0, '127.0.0.1');
+    await once(holder, 'listening');
+    const { port } = holder.address() as { port: number };
+    try {
+      const server = run(process.execPath, ['dist/server.js'], {
+        DATABASE_URL: 'postgres://127.0.0.1:1/none',
+        API_TOKENS: TOKEN,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        METRICS_PORT: String(port),
+      });
+      expect(await server.exited).toBe(1);
+      expect(server.stderr.filter((line) => line !== '')).toStrictEqual([
+        `plant-store: cannot start: port ${port} on 127.0.0.1 is in use by another process; stop it or set METRICS_PORT`,
+      ]);
+    } finally {
+      holder.close();
+    }
+  });
 });
 
 describe('the service process', () => {
@@ -285,7 +307,7 @@ describe('the service process', () => {
   });
 
   it('serves /metrics on METRICS_PORT only, when it is set', async () => {
-    const metricsPort = String(20_000 + Math.floor(Math.random() * 20_000));
+    const metricsPort = String(await freePort());
     const server = await startServer({
       DATABASE_URL: serverUrlOf(database),
       API_TOKENS: tokens,
