@@ -206,6 +206,42 @@ describe('tracing on, with an OTLP endpoint', () => {
     });
   });
 
+  it('exports a page and a delete with their statements as children, without links', async () => {
+    const page = clientTrace();
+    const listed = await request(server.baseUrl, '/plants?limit=1', {
+      headers: { traceparent: page.traceparent },
+    });
+    expect(listed.status).toBe(200);
+    const removal = clientTrace();
+    const deleted = await fetch(`${server.baseUrl}/plants/2`, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${TOKEN}`, traceparent: removal.traceparent },
+    });
+    expect(deleted.status).toBe(204);
+    const spans = await collector.waitFor(
+      (all) =>
+        inTrace(all, page.traceId).length === 2 && inTrace(all, removal.traceId).length === 2,
+    );
+    for (const [client, route, statement] of [
+      [page, 'GET /plants', 'SELECT plants'],
+      [removal, 'DELETE /plants/:id', 'DELETE plants'],
+    ] as const) {
+      const trace = inTrace(spans, client.traceId);
+      const [serverSpan] = named(trace, route);
+      expect(serverSpan?.parentSpanId).toBe(client.spanId);
+      expect(named(trace, statement)[0]).toMatchObject({
+        kind: SPAN_KIND.client,
+        parentSpanId: serverSpan?.spanId,
+        links: [],
+        attributes: { 'db.operation.name': statement.split(' ')[0] },
+      });
+    }
+    expect(named(inTrace(spans, page.traceId), 'GET /plants')[0]?.attributes).toMatchObject({
+      'url.path': '/plants',
+      'url.query': 'limit=1',
+    });
+  });
+
   it('makes one INSERT span for a batch of creates, linked to each request it served', async () => {
     const release = await holdPlantsTable(database);
     const clients = Array.from({ length: 6 }, () => clientTrace());
