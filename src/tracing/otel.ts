@@ -98,6 +98,16 @@ function databaseAttributes(databaseUrl: string | undefined): Attributes {
   };
 }
 
+/** The exporter's endpoint for the log: origin and path, never a password or a query. */
+function describeEndpoint(endpoint: string | undefined): string {
+  try {
+    const url = new URL(endpoint ?? '');
+    return `${url.origin}${url.pathname === '/' ? '' : url.pathname}`;
+  } catch {
+    return 'an endpoint that is not a URL';
+  }
+}
+
 /** Ends a span with the outcome of `work`, which runs with the span as the active one. */
 async function inSpan<T>(
   span: Span,
@@ -109,7 +119,8 @@ async function inSpan<T>(
     return await context.with(trace.setSpan(parent, span), work);
   } catch (error) {
     onError(error);
-    span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error)?.message });
+    // No message: a database's may quote the values of a row.
+    span.setStatus({ code: SpanStatusCode.ERROR });
     throw error;
   } finally {
     span.end();
@@ -150,10 +161,9 @@ export function startOpenTelemetry(options: OpenTelemetryOptions): Tracing {
   }
 
   return {
-    endpoint:
-      process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
-      process.env.OTEL_EXPORTER_OTLP_ENDPOINT ??
-      '',
+    endpoint: describeEndpoint(
+      process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || process.env.OTEL_EXPORTER_OTLP_ENDPOINT,
+    ),
 
     traceRequests(app: FastifyInstance) {
       app.addHook('onRequest', (request: TracedRequest, reply, done) => {
