@@ -7,6 +7,7 @@ import type { RunResult } from './report.js';
 const COLORS: Record<Target, string> = {
   service: '#1f77b4',
   'service+webhooks': '#17becf',
+  'service-traced': '#bcbd22',
   'service-unbatched': '#ff7f0e',
   'http-ceiling': '#2ca02c',
   pgbench: '#d62728',

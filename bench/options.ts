@@ -3,6 +3,7 @@ import { availableParallelism } from 'node:os';
 export const TARGETS = [
   'service',
   'service+webhooks',
+  'service-traced',
   'service-unbatched',
   'http-ceiling',
   'pgbench',

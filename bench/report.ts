@@ -34,6 +34,8 @@ export interface RunResult {
   rowsPerAnswer?: number;
   /** service+webhooks: what the receiver got, and how long after each commit. */
   webhooks?: WebhookFigures;
+  /** service-traced: what the OTLP collector got (warm-up included), and answers meanwhile. */
+  traces?: { spans: number; exports: number };
 }
 
 export interface WebhookFigures {
@@ -68,6 +70,8 @@ export interface Ratio {
   getByIdToUnbatched: number | null;
   /** service+webhooks throughput / service throughput: what sending the webhook costs creates */
   webhooksToService: number | null;
+  /** service-traced throughput / service throughput: what exporting traces costs creates */
+  tracedToService: number | null;
 }
 
 export interface BenchReport {
@@ -100,6 +104,7 @@ export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
       getByIdToCeiling: divide(getById, ceiling),
       getByIdToUnbatched: divide(getById, throughput('get-by-id-unbatched', connections)),
       webhooksToService: divide(throughput('service+webhooks', connections), service),
+      tracedToService: divide(throughput('service-traced', connections), service),
     };
   });
 }
@@ -174,6 +179,7 @@ export const RATIO_HEADER = [
   'get-by-id / http-ceiling',
   'get-by-id / get-by-id-unbatched',
   'service+webhooks / service',
+  'service-traced / service',
 ];
 
 export function ratioRows(list: Ratio[]): string[][] {
@@ -185,6 +191,7 @@ export function ratioRows(list: Ratio[]): string[][] {
     percent(ratio.getByIdToCeiling),
     percent(ratio.getByIdToUnbatched),
     percent(ratio.webhooksToService),
+    percent(ratio.tracedToService),
   ]);
 }
 
@@ -319,6 +326,11 @@ ${markdownTable(WEBHOOK_HEADER, webhookRows(report.runs), 0)}
 - **service+webhooks**: the same service with the newPlant webhook on (\`WEBHOOK_URLS\` one
   receiver on loopback, \`bench/receiver.ts\` in a process of its own, answering 200 at once):
   every create also writes its event in the same statement, and the service delivers it.
+- **service-traced**: the same service with tracing on (\`OTEL_EXPORTER_OTLP_ENDPOINT\` a
+  collector on loopback, \`bench/otlp-receiver.ts\` in a process of its own, answering 200 at
+  once), everything else at the SDK's defaults: every request sampled, a server span per create and
+  an INSERT span per batch of creates, exported as protobuf in batches. Its CPU
+  per answer against the service's is what tracing costs.
 - **service-unbatched**: the same service with coalescing switched off
   (\`WRITE_BATCH_MAX=1\`, \`WRITE_CONCURRENCY\` equal to the pool): one INSERT and one commit per
   request, as an everyday service does. The service's advantage over it is what coalescing buys.

@@ -140,6 +140,7 @@ function requestsOf(session: Session, target: HttpTarget): LoadRequests {
 const isCreateTarget = (target: HttpTarget) =>
   target === 'service' ||
   target === 'service+webhooks' ||
+  target === 'service-traced' ||
   target === 'service-unbatched' ||
   target === 'http-ceiling';
 
@@ -156,12 +157,30 @@ interface WebhookReceiver {
 
 /** bench/receiver.ts in a process of its own, so its CPU is not the load generator's. */
 async function startWebhookReceiver(): Promise<WebhookReceiver> {
-  const child: ChildProcess = fork(join(benchBuildFolder, 'receiver.js'), [], {
+  return startReceiverProcess('receiver.js', (port) => `http://127.0.0.1:${port}/webhooks/plants`);
+}
+
+interface OtlpCollector {
+  url: string;
+  report(): Promise<{ requests: number; spans: number }>;
+  stop(): Promise<void>;
+}
+
+/** bench/otlp-receiver.ts, the OTLP collector of service-traced, in a process of its own. */
+function startOtlpCollector(): Promise<OtlpCollector> {
+  return startReceiverProcess('otlp-receiver.js', (port) => `http://127.0.0.1:${port}`);
+}
+
+async function startReceiverProcess<Report>(
+  script: string,
+  urlOf: (port: number) => string,
+): Promise<{ url: string; pid: number; report(): Promise<Report>; stop(): Promise<void> }> {
+  const child: ChildProcess = fork(join(benchBuildFolder, script), [], {
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
   const [{ port }] = (await once(child, 'message')) as [{ port: number }];
   return {
-    url: `http://127.0.0.1:${port}/webhooks/plants`,
+    url: urlOf(port),
     pid: child.pid as number,
     async report() {
       const answer = once(child, 'message');
@@ -333,6 +352,7 @@ async function runHttpTarget(
       ? join(benchBuildFolder, 'ceiling.js')
       : join(distFolder, 'server.js');
   const receiver = target === 'service+webhooks' ? await startWebhookReceiver() : undefined;
+  const collector = target === 'service-traced' ? await startOtlpCollector() : undefined;
   const startedAtMs = Date.now();
   let child: Child;
   try {
@@ -350,6 +370,7 @@ async function runHttpTarget(
         SHUTDOWN_DELAY_MS: '0',
         ...targetEnvironment(target),
         ...(receiver && { WEBHOOK_URLS: receiver.url, WEBHOOK_SECRET: BENCH_WEBHOOK_SECRET }),
+        ...(collector && { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url }),
       },
       // The request log goes to a file: the kernel drains it, not the load generator's core.
       stdio: ['ignore', stdout, stderr],
@@ -398,6 +419,8 @@ async function runHttpTarget(
     // Before the service stops: what it still has to deliver, it delivers.
     const webhooks = receiver && (await measureDeliveries(session, receiver, startedAtMs));
     const exit = await stopChild(child);
+    // Stopping flushed the spans still buffered.
+    const traces = collector && (await collector.report());
     const cpu: CpuUse = {
       loadGenerator: (own.user + own.system) / 1e6 / seconds,
     };
@@ -428,6 +451,12 @@ async function runHttpTarget(
       logLines: countLines(logFile),
     };
     if (target === 'get-page') run.rowsPerAnswer = PAGE_SIZE;
+    if (traces) {
+      run.traces = { spans: traces.spans, exports: traces.requests };
+      session.notes.add(
+        `service-traced at ${connections} connections: the collector got ${traces.spans} spans in ${traces.requests} OTLP requests, for the ${result.succeeded} creates measured and those of the warm-up.`,
+      );
+    }
     if (webhooks) {
       run.webhooks = webhooks;
       if (receiverCpuBefore !== undefined && receiverCpuAfter !== undefined) {
@@ -439,6 +468,7 @@ async function runHttpTarget(
   } finally {
     await stopChild(child);
     await receiver?.stop();
+    await collector?.stop();
     rmSync(logFile, { force: true });
     rmSync(errorFile, { force: true });
   }

@@ -16,9 +16,18 @@ const dist = join(root, 'dist');
 const manifestFile = join(dist, '.build-inputs.json');
 
 // These read files that sit beside their own modules at run time (the reference page's assets,
-// the engine's WebAssembly), so they are loaded from node_modules as installed; and pg-native
-// is an optional add-on of pg that the service does not use.
-const external = ['@electric-sql/pglite', '@fastify/swagger-ui', 'pg-native'];
+// the engine's WebAssembly), so they are loaded from node_modules as installed; pg-native is an
+// optional add-on of pg that the service does not use; and the OpenTelemetry SDK, loaded only
+// when tracing is on (src/tracing/start.ts), is left whole in node_modules, its exporters and
+// their optional transports (gRPC) unbundled. Its API is bundled (prom-client loads it in any
+// case): copies of one API version share their state through a global, as designed.
+const external = [
+  '@electric-sql/pglite',
+  '@fastify/swagger-ui',
+  'pg-native',
+  '@opentelemetry/sdk-node',
+  '@opentelemetry/resources',
+];
 
 /** Every file the output depends on, by path from the project root, with its SHA-256. */
 function readInputs() {

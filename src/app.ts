@@ -47,6 +47,8 @@ export interface AppOptions {
   isStopping?: () => boolean;
   /** Request metrics are counted when given, and served at /metrics unless METRICS_PORT is set. */
   metrics?: Metrics;
+  /** When tracing is on: a server span per request (see src/tracing/). */
+  tracing?: { traceRequests(app: FastifyInstance): void } | undefined;
 }
 
 const DOCS_PREFIX = '/docs';
@@ -80,6 +82,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
 
+  // First, so that every answer given from a hook is in the span, and every route is wrapped.
+  options.tracing?.traceRequests(app);
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     setSecurityHeaders(request, reply, DOCS_PREFIX);

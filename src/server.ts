@@ -13,6 +13,8 @@ import { HttpError } from './http/errors.js';
 import { createMetrics, startMetricsServer } from './http/metrics.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
+import { startTracing } from './tracing/start.js';
+import type { Tracing } from './tracing/tracing.js';
 import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createOutbox } from './webhooks/outbox.js';
@@ -34,6 +36,7 @@ let repository: PlantRepository | undefined;
 let app: FastifyInstance | undefined;
 let metricsServer: FastifyInstance | undefined;
 let dispatcher: Dispatcher | undefined;
+let tracing: Tracing | undefined;
 let stopping = false;
 let stopSignalAt = 0;
 
@@ -70,6 +73,8 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
     // Attempts in flight get half the grace period; the rest are given back to other replicas.
     await dispatcher?.stop(config.shutdownTimeoutMs / 2);
     await database?.close();
+    // The spans of the last requests and deliveries, still buffered.
+    await tracing?.shutdown();
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
     process.exit(1);
@@ -168,6 +173,10 @@ function refusalOf(error: unknown): string | undefined {
 }
 
 async function start(): Promise<void> {
+  tracing = await startTracing(process.env, { databaseUrl: config.databaseUrl });
+  if (tracing) {
+    logger.info({ endpoint: tracing.endpoint }, `tracing: exporting spans to ${tracing.endpoint}`);
+  }
   const metrics = createMetrics({
     pool:
       config.databaseUrl === undefined
@@ -185,6 +194,7 @@ async function start(): Promise<void> {
       database && repository ? schemaStatus(database.db, latestMillis) : 'starting',
     isStopping: () => stopping,
     metrics,
+    tracing,
   });
   // Listen first: probes get their answers while the database opens, which can take seconds.
   if (!stopping) {
@@ -220,6 +230,7 @@ async function start(): Promise<void> {
   };
   repository = createPlantRepository(db.db, {
     textAsBytes: db.engine === 'pglite',
+    tracing,
     ...(webhooks && {
       outbox: { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) },
       onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
@@ -244,6 +255,7 @@ async function start(): Promise<void> {
       logger,
       outbox: webhooks.outbox,
       metrics: createWebhookMetrics(metrics.registry, () => webhooks.outbox.stats()),
+      tracing,
     });
     if (!stopping) dispatcher.start();
   }

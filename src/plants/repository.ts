@@ -6,6 +6,7 @@ import {
   isRowRejection,
   RowRejectedError,
 } from '../db/errors.js';
+import type { DatabaseTracing } from '../db/tracing.js';
 import type { ClaimedDelivery } from '../webhooks/outbox.js';
 import { createPlantQueries, type PlantQueries, type QueryOptions } from './queries.js';
 import type { NewPlant, Plant, StoredPlant } from './schemas.js';
@@ -50,6 +51,8 @@ export interface RepositoryOptions extends QueryOptions {
   reads: BatchQueueOptions;
   /** Given the webhook deliveries of the plants a statement inserted, once it has committed. */
   onDeliveries?: (deliveries: ClaimedDelivery[]) => void;
+  /** When tracing is on: a span for every statement. */
+  tracing?: DatabaseTracing | undefined;
 }
 
 const INT64_MAX = 2n ** 63n - 1n;
@@ -61,12 +64,14 @@ const INT64_MIN = -(2n ** 63n);
  * finds the database unavailable, the requests queued behind it fail with it.
  */
 export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
-  const queries = createPlantQueries(db, options);
+  const { tracing } = options;
+  const untraced = createPlantQueries(db, options);
+  const queries = tracing ? tracedQueries(untraced, tracing) : untraced;
   const writes = createBatchQueue(
     createPlantsInBatch(queries, options.onDeliveries ?? (() => {})),
-    options.writes,
+    { ...options.writes, tracing },
   );
-  const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
+  const reads = createBatchQueue(readPlantsInBatch(queries), { ...options.reads, tracing });
   return {
     createPlant: (plant) => writes.add(plant),
     getPlant: (id) => reads.add(id),
@@ -79,6 +84,38 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
       await Promise.all([writes.drain(), reads.drain()]);
     },
     stats: () => ({ writes: writes.stats(), reads: reads.stats() }),
+  };
+}
+
+/**
+ * Every statement in a span of its own. The deliveries an insert claims keep its span's
+ * context, so that their first attempts join the trace of the request that made them.
+ */
+function tracedQueries(queries: PlantQueries, tracing: DatabaseTracing): PlantQueries {
+  const collection = 'plants';
+  const claimedHere = <T extends { deliveries: ClaimedDelivery[] }>(result: T): T => {
+    if (result.deliveries.length === 0) return result;
+    const trace = tracing.capture();
+    for (const delivery of result.deliveries) delivery.trace = trace;
+    return result;
+  };
+  return {
+    insertNew: (rows) =>
+      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, async () =>
+        claimedHere(await queries.insertNew(rows)),
+      ),
+    insertOrLock: (rows) =>
+      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, async () =>
+        claimedHere(await queries.insertOrLock(rows)),
+      ),
+    findByIds: (ids) =>
+      tracing.statement({ operation: 'SELECT', collection, batchSize: ids.length }, () =>
+        queries.findByIds(ids),
+      ),
+    listPage: (range) =>
+      tracing.statement({ operation: 'SELECT', collection }, () => queries.listPage(range)),
+    deleteById: (id) =>
+      tracing.statement({ operation: 'DELETE', collection }, () => queries.deleteById(id)),
   };
 }
 

@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { Pool } from 'undici';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import { type AttemptResult, attemptDelivery } from './attempt.js';
+import { type AttemptResult, type AttemptTracing, attemptDelivery } from './attempt.js';
 import type { WebhookMetrics } from './metrics.js';
 import { type ClaimedDelivery, createOutbox, type Outbox, type Outcome } from './outbox.js';
 import { describeFailure, nextStep } from './schedule.js';
@@ -46,6 +46,8 @@ export interface DispatcherOptions {
   metrics?: WebhookMetrics;
   /** The outbox's statements; made from `db` unless given. */
   outbox?: Outbox;
+  /** When tracing is on: a span for every attempt. */
+  tracing?: AttemptTracing | undefined;
 }
 
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
@@ -78,7 +80,7 @@ interface Lane {
  * flight, over keep-alive connections; a slow or dead receiver holds only its own URL's slots.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
-  const { config, logger, metrics } = options;
+  const { config, logger, metrics, tracing } = options;
   const leaseMs = leaseMsFor(config);
   const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
   const key = signingKey(config.secret);
@@ -169,13 +171,25 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
     lane.inFlight.add(delivery);
-    const result = await attemptDelivery(delivery, {
-      client: lane.pool,
-      path: lane.path,
-      key,
-      timeoutMs: config.timeoutMs,
-      signal: abandon.signal,
-    });
+    const send = () =>
+      attemptDelivery(delivery, {
+        client: lane.pool,
+        path: lane.path,
+        key,
+        timeoutMs: config.timeoutMs,
+        signal: abandon.signal,
+      });
+    const result = await (tracing
+      ? tracing.webhookAttempt(
+          {
+            receiver: lane.receiver,
+            webhookId: webhookId(delivery.eventId),
+            attempt: delivery.attempt,
+            parent: delivery.trace,
+          },
+          send,
+        )
+      : send());
     // Abandoned at shutdown: stop() gave its claim back.
     if (abandon.signal.aborted) return;
     lane.inFlight.delete(delivery);

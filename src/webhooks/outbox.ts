@@ -24,6 +24,8 @@ export interface ClaimedDelivery {
   claimedAt: number;
   /** When the event was recorded (ms since the epoch), where known. */
   createdAtMs?: number;
+  /** With tracing on, the context of the statement that claimed it along with its plant. */
+  trace?: unknown;
 }
 
 /** The parts of a delivery row the statement that inserted its plant returns. */

@@ -24,6 +24,7 @@ import {
   stageEnvironment,
   stageWorkdir,
 } from '../helpers/deploy-files.js';
+import { startOtlpReceiver } from '../helpers/otlp.js';
 import {
   killIfRunning,
   projectRoot,
@@ -328,6 +329,41 @@ describe('the production image, rehearsed without Docker', () => {
       server.child.kill('SIGTERM');
       expect(await server.exited).toBe(0);
     });
+  });
+
+  it('exports traces when an OTLP endpoint is set, with the SDK its node_modules hold', async () => {
+    const database = await createScratchDatabase({ migrated: false });
+    const collector = await startOtlpReceiver();
+    let server: RunningServer | undefined;
+    try {
+      server = await startServer(
+        inImage({
+          DATABASE_URL: serverUrlOf(database),
+          API_TOKENS: TOKEN,
+          OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          OTEL_BSP_SCHEDULE_DELAY: '50',
+        }),
+        { cwd: app, command: node, args: composeCommand('app'), ...asImageUser },
+      );
+      const response = await fetch(`${server.baseUrl}/plants`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: '{"id": 1, "name": "Monstera"}',
+      });
+      expect(response.status).toBe(200);
+      const spans = await collector.waitFor((all) => all.length >= 2);
+      expect(spans.map((span) => span.name).sort()).toStrictEqual([
+        'INSERT plants',
+        'POST /plants',
+      ]);
+      server.child.kill('SIGTERM');
+      expect(await server.exited).toBe(0);
+    } finally {
+      if (server) await killIfRunning(server);
+      await collector.close();
+      await database.drop();
+    }
   });
 
   describe('run alone, without DATABASE_URL, as `docker run -e API_TOKENS=... plant-store`', () => {

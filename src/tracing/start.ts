@@ -1,0 +1,28 @@
+import type { Tracing } from './tracing.js';
+
+type Environment = Record<string, string | undefined>;
+
+const set = (value: string | undefined) => value !== undefined && value.trim() !== '';
+
+/**
+ * True when the environment asks for traces: an OTLP endpoint is set (for all signals or for
+ * traces), the SDK is not disabled, and the traces exporter is not `none`.
+ */
+export function tracingRequested(env: Environment): boolean {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
+  if (env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return false;
+  return set(env.OTEL_EXPORTER_OTLP_ENDPOINT) || set(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
+}
+
+/**
+ * Starts the OpenTelemetry SDK when the environment asks for traces, and undefined otherwise:
+ * then not one module of the SDK is loaded and no hook is registered anywhere.
+ */
+export async function startTracing(
+  env: Environment,
+  options: { databaseUrl: string | undefined },
+): Promise<Tracing | undefined> {
+  if (!tracingRequested(env)) return undefined;
+  const { startOpenTelemetry } = await import('./otel.js');
+  return startOpenTelemetry(options);
+}
