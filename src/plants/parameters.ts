@@ -2,7 +2,7 @@ import { HttpError } from '../http/errors.js';
 import { PAGE_LIMIT_MAX, type PageQuery } from './schemas.js';
 
 const INT64_MIN = -(2n ** 63n);
-const INT64_MAX = 2n ** 63n - 1n;
+export const INT64_MAX = 2n ** 63n - 1n;
 
 // 0, or digits without a leading zero after an optional minus: one spelling for each integer.
 const canonicalInteger = /^(?:0|-?[1-9][0-9]*)$/;

@@ -5,7 +5,7 @@ import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import type { OperationExamples } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
-import { parseInt64, parsePageQuery } from './parameters.js';
+import { INT64_MAX, parseInt64, parsePageQuery } from './parameters.js';
 import type { PlantRepository } from './repository.js';
 import {
   plantErrorExamples as errors,
@@ -168,7 +168,7 @@ export async function plantRoutes(
             headers: {
               link: Type.String({
                 description:
-                  'When the page is full: the next page, `</plants?limit=..&after=..[&tag=..]>; rel="next"` (RFC 8288)',
+                  'When the page is full and does not end at the largest id: the next page, `</plants?limit=..&after=..[&tag=..]>; rel="next"` (RFC 8288)',
               }),
             },
           }),
@@ -185,7 +185,10 @@ export async function plantRoutes(
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
       const plants = await repository.listPlants({ limit, after, tag });
       const last = plants.at(-1);
-      if (last && plants.length === limit) reply.header('link', nextPageLink(limit, last.id, tag));
+      // A full page has a next one, unless it ends at the largest id: nothing can follow that.
+      if (last && plants.length === limit && last.id < INT64_MAX) {
+        reply.header('link', nextPageLink(limit, last.id, tag));
+      }
       return reply.type(JSON_TYPE).send(storedPlantsJson(plants));
     },
   );

@@ -112,6 +112,19 @@ describe('GET /plants', () => {
     expect(response.headers.link).toBeUndefined();
   });
 
+  it('gives no Link header when a full page ends at the largest id: nothing can follow it', async () => {
+    await store({ id: '9223372036854775807', name: 'Largest', tag: 'the largest' });
+    try {
+      const response = await get('/plants?limit=1&tag=the+largest');
+      expect(response.body).toBe(
+        '[{"id":9223372036854775807,"name":"Largest","tag":"the largest"}]',
+      );
+      expect(response.headers.link).toBeUndefined();
+    } finally {
+      await t.database.query('delete from plants where id = 9223372036854775807');
+    }
+  });
+
   it('keeps only the plants with exactly the tag', async () => {
     const response = await get(`/plants?limit=1000&tag=fern`);
     expect(ids(response)).toStrictEqual(numbers((n) => tagOf(n) === 'fern').map(idOf));
