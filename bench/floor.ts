@@ -6,7 +6,7 @@
 //
 // Configured by PORT, HOST and API_TOKENS (the first token is the one accepted).
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify from 'fastify';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 
 // The service's NewPlant and Plant, in the types Fastify's own JSON parser and validator know
 // (the service's int64 id is a bigint its own parser makes; here it is a JSON integer).
@@ -30,15 +30,15 @@ const expected = `Bearer ${token}`;
 
 const app = Fastify({ logger: false }).withTypeProvider<TypeBoxTypeProvider>();
 
-app.addHook('onRequest', async (request, reply) => {
+async function requireToken(request: FastifyRequest, reply: FastifyReply) {
   if (request.headers.authorization !== expected) {
     return reply.code(401).send({ error: 401, message: 'the bearer token is not valid' });
   }
-});
+}
 
 app.post(
   '/plants',
-  { schema: { body: NewPlant, response: { 200: Plant, 401: ErrorBody } } },
+  { onRequest: requireToken, schema: { body: NewPlant, response: { 200: Plant, 401: ErrorBody } } },
   async (request) => {
     const { name, tag } = request.body;
     return tag === undefined ? { name } : { name, tag };
