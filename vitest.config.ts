@@ -46,6 +46,7 @@ const serverOnly = [
   'test/integration/image-rehearsal.test.ts',
   'test/integration/pooler.test.ts',
   'test/integration/webhooks-process.test.ts',
+  'test/integration/create-path.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];
