@@ -77,6 +77,37 @@ describe('GET /plants', () => {
     ]);
   });
 
+  it('writes every plant of a page exactly as GET /plants/{id} writes it, whatever its text', async () => {
+    const start = 5n * 10n ** 15n;
+    const texts = [
+      '"quoted" and \\ backslashed \\"',
+      '\u0001\u001f\b\f\n\r\t controls',
+      '\u007f delete, \u2028\u2029 separators',
+      '\ufeffa leading byte order mark',
+      'é ü 中文 😀 𝄞',
+      '</script><b>',
+    ];
+    await store(
+      ...texts.map((text, i) => ({
+        id: String(start + BigInt(i) + 1n),
+        name: text,
+        ...(i % 2 === 0 && { tag: `${text} tag` }),
+      })),
+    );
+    try {
+      const page = await get(`/plants?after=${start}&limit=${texts.length}`);
+      const each = await Promise.all(
+        texts.map((_, i) => get(`/plants/${start + BigInt(i) + 1n}`).then((one) => one.body)),
+      );
+      expect(page.body).toBe(`[${each.join(',')}]`);
+      const names = JSON.parse(page.body).map((plant: { name: string }) => plant.name);
+      expect(names).toStrictEqual(texts);
+    } finally {
+      // The other tests count the plants of this table.
+      await t.database.query('delete from plants where id > $1', [String(start)]);
+    }
+  });
+
   it('starts at the smallest id without after, writing each id as an exact JSON integer', async () => {
     const response = await get('/plants?limit=3');
     expect(response.body).toBe(
@@ -351,8 +382,11 @@ describe.runIf(testEngine() === 'postgres')('the query plan of a page', () => {
         // One plant of 100,001 has this tag: the scan still reads only what the page holds.
         [plans.rare, 'plants_tag_id_idx', 1],
       ] as const) {
-        expect(plan['Node Type']).toBe('Limit');
-        const scan = plan.Plans?.[0] as PlanNode;
+        // The page's rows, then one aggregate that writes them as JSON.
+        expect(plan['Node Type']).toBe('Aggregate');
+        const limit = plan.Plans?.[0] as PlanNode;
+        expect(limit['Node Type']).toBe('Limit');
+        const scan = limit.Plans?.[0] as PlanNode;
         expect(scan).toMatchObject({
           'Node Type': 'Index Scan',
           'Index Name': index,
@@ -361,6 +395,7 @@ describe.runIf(testEngine() === 'postgres')('the query plan of a page', () => {
         });
         expect(scan['Rows Removed by Filter'] ?? 0).toBe(0);
         expect(flatten(plan).map((node) => node['Node Type'])).toStrictEqual([
+          'Aggregate',
           'Limit',
           'Index Scan',
         ]);
@@ -370,7 +405,7 @@ describe.runIf(testEngine() === 'postgres')('the query plan of a page', () => {
         );
       }
       // The scan starts at (tag, after) and stops after the tag's last plant.
-      expect(plans.tagged.Plans?.[0]?.['Index Cond']).toMatch(
+      expect(plans.tagged.Plans?.[0]?.Plans?.[0]?.['Index Cond']).toMatch(
         /^\(\(ROW\(tag, id\) >= ROW\(.+\)\) AND \(tag <= .+\)\)$/,
       );
     },
