@@ -8,19 +8,22 @@ const BUFFER_BYTES = 8192;
 const FLUSH_INTERVAL_MS = 100;
 
 /**
- * Standard output (or the file descriptor `fd`), written asynchronously and in batches: the
- * event loop never waits for it.
- * On exit (process.exit, the end of the event loop, an uncaught exception) pino writes what is
- * left synchronously, so the lines logged before a fatal error are never lost; a process killed
- * outright (SIGKILL, the OOM killer) loses at most the last FLUSH_INTERVAL_MS of lines.
+ * Standard output (or the file descriptor `fd`), written in batches: one write for dozens of
+ * lines. The writes are synchronous, each of a whole batch, so lines leave in order and whole
+ * (an asynchronous write still in flight at exit would interleave with the last lines). What
+ * is left is written on exit (process.exit, an uncaught exception, the end of the event loop)
+ * and at once after a fatal line, so the lines before a crash are not lost; a process killed
+ * outright (SIGKILL, the OOM killer) loses at most its last FLUSH_INTERVAL_MS of lines.
  */
-export function stdoutDestination(fd = 1): DestinationStream {
-  return pino.destination({
+export function stdoutDestination(fd = 1): DestinationStream & { flushSync(): void } {
+  const destination = pino.destination({
     dest: fd,
-    sync: false,
+    sync: true,
     minLength: BUFFER_BYTES,
     periodicFlush: FLUSH_INTERVAL_MS,
   });
+  process.once('exit', () => destination.flushSync());
+  return destination;
 }
 
 /** JSON lines on stdout; credentials never reach them. */
