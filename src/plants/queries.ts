@@ -1,4 +1,4 @@
-import { eq, type SQL, sql } from 'drizzle-orm';
+import { asc, eq, gte, type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { plants } from '../db/schema.js';
@@ -20,16 +20,6 @@ export interface PageRange {
   limit: number;
 }
 
-/** A page of plants as the API answers it. */
-export interface PlantPage {
-  /** The plants as a JSON array, each as GET /plants/{id} writes it, in ascending id order. */
-  json: string;
-  /** Plants on the page. */
-  count: number;
-  /** The id of the last plant on the page; undefined when it is empty. */
-  lastId: bigint | undefined;
-}
-
 /** The statements of the plant store, one query each. */
 export interface PlantQueries {
   /** Inserts the rows whose ids are new; returns those ids, and their webhook deliveries. */
@@ -44,8 +34,7 @@ export interface PlantQueries {
   ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }>; deliveries: ClaimedDelivery[] }>;
   /** The stored plants among `ids`. */
   findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
-  /** The page, written as JSON by the database. */
-  listPage(range: PageRange): Promise<PlantPage>;
+  listPage(range: PageRange): Promise<StoredPlant[]>;
   /** Deletes the plant; false when there was none. */
   deleteById(id: bigint): Promise<boolean>;
 }
@@ -120,34 +109,26 @@ export function createPlantQueries(
     .from(plants)
     .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
     .prepare('plants_select_batch');
-  // A page leaves the database as one row holding its JSON: the service only sends it on, rather
-  // than decode a hundred rows and write each again. PostgreSQL escapes a string for JSON as
-  // JSON.stringify does (\" \\ \b \f \n \r \t, other controls as lowercase \u00XX), so the text is
-  // the same as storedPlantJson's.
-  const pageOf = (rows: SQL) => sql`select count(*)::int4 as count, max(page.id)::text as last_id,
-      '[' || coalesce(string_agg(
-        '{"id":' || page.id || ',"name":' || to_json(page.name)::text
-          || coalesce(',"tag":' || to_json(page.tag)::text, '') || '}',
-        ',' order by page.id), '') || ']' as json
-    from (${rows}) as page`;
-  type PageRow = { count: number; last_id: string | null; json: string };
-  const listPage = prepareStatement<PageRow>(
-    db,
-    'plants_page',
-    pageOf(sql`select id, name, tag from plants where id >= ${sql.placeholder('fromId')}
-                 order by id limit ${sql.placeholder('limit')}`),
-  );
+  const listPage = db
+    .select(storedColumns)
+    .from(plants)
+    .where(gte(plants.id, sql.placeholder('fromId')))
+    .orderBy(asc(plants.id))
+    .limit(sql.placeholder('limit'))
+    .prepare('plants_page');
   // Written as a range of (tag, id) in that index's order, which only plants_tag_id_idx can
   // serve without a sort. As `tag = $1 order by id`, the planner may walk the primary key and
   // filter by tag, reading past every plant of the other tags, all of them for a rare tag.
-  const listTaggedPage = prepareStatement<PageRow>(
-    db,
-    'plants_tagged_page',
-    pageOf(sql`select id, name, tag from plants
-                where (tag, id) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
-                  and tag <= ${sql.placeholder('tag')}::text
-                order by tag, id limit ${sql.placeholder('limit')}`),
-  );
+  const listTaggedPage = db
+    .select(storedColumns)
+    .from(plants)
+    .where(
+      sql`(${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
+        and ${plants.tag} <= ${sql.placeholder('tag')}::text`,
+    )
+    .orderBy(asc(plants.tag), asc(plants.id))
+    .limit(sql.placeholder('limit'))
+    .prepare('plants_tagged_page');
   const deleteById = db
     .delete(plants)
     .where(eq(plants.id, sql.placeholder('id')))
@@ -180,16 +161,11 @@ export function createPlantQueries(
       return new Map(rows.map((row) => [row.id, toStoredPlant(row)]));
     },
     async listPage({ fromId, tag, limit }) {
-      const [row] =
+      const rows =
         tag === undefined
           ? await listPage.execute({ fromId, limit })
           : await listTaggedPage.execute({ fromId, tag, limit });
-      if (!row) throw new Error('a page statement returned no row');
-      return {
-        json: row.json,
-        count: row.count,
-        lastId: row.last_id === null ? undefined : BigInt(row.last_id),
-      };
+      return rows.map(toStoredPlant);
     },
     async deleteById(id) {
       return (await deleteById.execute({ id })).length > 0;

@@ -7,12 +7,7 @@ import {
   RowRejectedError,
 } from '../db/errors.js';
 import type { ClaimedDelivery } from '../webhooks/outbox.js';
-import {
-  createPlantQueries,
-  type PlantPage,
-  type PlantQueries,
-  type QueryOptions,
-} from './queries.js';
+import { createPlantQueries, type PlantQueries, type QueryOptions } from './queries.js';
 import type { NewPlant, Plant, StoredPlant } from './schemas.js';
 
 export type CreatePlantResult =
@@ -22,8 +17,6 @@ export type CreatePlantResult =
   | { outcome: 'replayed'; plant: Plant }
   /** A plant with this id but another name or tag is stored; nothing changed. */
   | { outcome: 'conflict'; plant: Plant };
-
-export type { PlantPage };
 
 /** A page of plants in ascending id order. */
 export interface PageRequest {
@@ -41,7 +34,7 @@ export interface PlantRepository {
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
   /** The stored plant, or undefined when there is none. */
   getPlant(id: bigint): Promise<StoredPlant | undefined>;
-  listPlants(page: PageRequest): Promise<PlantPage>;
+  listPlants(page: PageRequest): Promise<StoredPlant[]>;
   /** Deletes the plant; false when there was none. */
   deletePlant(id: bigint): Promise<boolean>;
   /** Resolves when every create and read accepted so far has its answer. */
@@ -78,7 +71,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
     createPlant: (plant) => writes.add(plant),
     getPlant: (id) => reads.add(id),
     async listPlants({ limit, after, tag }) {
-      if (after === INT64_MAX) return { json: '[]', count: 0, lastId: undefined };
+      if (after === INT64_MAX) return [];
       return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
     },
     deletePlant: (id) => queries.deleteById(id),

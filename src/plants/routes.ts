@@ -17,7 +17,7 @@ import {
   plantExamples,
   StoredPlantSchema,
 } from './schemas.js';
-import { storedPlantJson } from './serialize.js';
+import { storedPlantJson, storedPlantsJson } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
@@ -183,11 +183,10 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const page = await repository.listPlants({ limit, after, tag });
-      if (page.lastId !== undefined && page.count === limit) {
-        reply.header('link', nextPageLink(limit, page.lastId, tag));
-      }
-      return reply.type(JSON_TYPE).send(page.json);
+      const plants = await repository.listPlants({ limit, after, tag });
+      const last = plants.at(-1);
+      if (last && plants.length === limit) reply.header('link', nextPageLink(limit, last.id, tag));
+      return reply.type(JSON_TYPE).send(storedPlantsJson(plants));
     },
   );
 
