@@ -47,6 +47,7 @@ const serverOnly = [
   'test/integration/pooler.test.ts',
   'test/integration/webhooks-process.test.ts',
   'test/integration/tracing.test.ts',
+  'test/integration/create-path.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];

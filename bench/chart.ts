@@ -5,6 +5,7 @@ import type { RunResult } from './report.js';
 // hand: a handful of lines and points needs no charting library.
 
 const COLORS: Record<Target, string> = {
+  floor: '#7f7f7f',
   service: '#1f77b4',
   'service+webhooks': '#17becf',
   'service-traced': '#bcbd22',

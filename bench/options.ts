@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 
 export const TARGETS = [
+  'floor',
   'service',
   'service+webhooks',
   'service-traced',

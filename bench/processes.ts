@@ -1,6 +1,6 @@
 import { type ChildProcess, execFileSync, type StdioOptions, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 export interface Exit {
   code: number | null;
@@ -178,14 +178,89 @@ function ticksPerSecond(): number {
   return clockTicksPerSecond;
 }
 
+/** The fields of /proc/<pid>/stat after the command name; undefined when it cannot be read. */
+function statFields(pid: number): string[] | undefined {
+  const stat = readProc(`/proc/${pid}/stat`);
+  // The command name may hold spaces and parentheses; the fields after its last ')' do not.
+  return stat?.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
 /** User plus system CPU seconds the process has used so far. */
 export function readProcessCpuSeconds(pid: number): number | undefined {
-  const stat = readProc(`/proc/${pid}/stat`);
-  if (!stat) return undefined;
-  // The command name may hold spaces and parentheses; the fields after its last ')' do not.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // After the name: state(3) ... utime(14) stime(15), so indexes 11 and 12 here.
+  const fields = statFields(pid);
+  if (!fields) return undefined;
+  // After the name: state(3) ppid(4) ... utime(14) stime(15), so indexes 11 and 12 here.
   return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond();
+}
+
+/** The command name of a process (its comm), e.g. `postgres`; undefined when it cannot be read. */
+export function readProcessName(pid: number): string | undefined {
+  const stat = readProc(`/proc/${pid}/stat`);
+  return stat?.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+}
+
+/** The parent of a process; undefined when it cannot be read. */
+export function readParentPid(pid: number): number | undefined {
+  const fields = statFields(pid);
+  return fields ? Number(fields[1]) : undefined;
+}
+
+/** CPU seconds of a process and of its direct children, each by pid. */
+export interface ProcessTreeCpu {
+  /** The root's own user + system time plus what its exited children used (cutime, cstime). */
+  root: number;
+  children: Map<number, number>;
+}
+
+/**
+ * The CPU a process tree has used so far: the root's utime + stime + cutime + cstime (the
+ * children it has reaped are in the last two), and every living direct child's utime + stime.
+ * For a PostgreSQL server the root is the postmaster: backends and background processes are its
+ * children. Undefined when the root cannot be read (another machine, or not Linux).
+ */
+export function readProcessTreeCpu(rootPid: number): ProcessTreeCpu | undefined {
+  const fields = statFields(rootPid);
+  if (!fields) return undefined;
+  const ticks = ticksPerSecond();
+  const root =
+    (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / ticks;
+  const children = new Map<number, number>();
+  let pids: string[] = [];
+  try {
+    pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name));
+  } catch {
+    return { root, children };
+  }
+  for (const name of pids) {
+    const child = statFields(Number(name));
+    if (child && Number(child[1]) === rootPid) {
+      children.set(Number(name), (Number(child[11]) + Number(child[12])) / ticks);
+    }
+  }
+  return { root, children };
+}
+
+/**
+ * CPU seconds the tree used between two readings: a child that exited in between is counted
+ * through the root's cutime and cstime, one that started in between from zero. The pids in
+ * `excluded` (alive at both readings) are left out.
+ */
+export function treeCpuBetween(
+  before: ProcessTreeCpu,
+  after: ProcessTreeCpu,
+  excluded: ReadonlySet<number> = new Set(),
+): number {
+  let seconds = after.root - before.root;
+  for (const [pid, used] of after.children) {
+    const earlier = before.children.get(pid);
+    if (excluded.has(pid) && earlier !== undefined) continue;
+    seconds += used - (earlier ?? 0);
+  }
+  for (const [pid, used] of before.children) {
+    // Exited: its whole life is in the root's cutime/cstime now, so take back what came before.
+    if (!after.children.has(pid)) seconds -= used;
+  }
+  return seconds;
 }
 
 /** CPU seconds the whole machine has spent busy and in total (all cores), from /proc/stat. */

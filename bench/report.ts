@@ -6,6 +6,8 @@ export interface CpuUse {
   loadGenerator?: number;
   /** The whole machine: load generator, server, PostgreSQL and anything else running. */
   machine?: number;
+  /** Every process of the PostgreSQL server together (when it runs on this machine). */
+  postgres?: number;
 }
 
 export interface RunResult {
@@ -72,6 +74,18 @@ export interface Ratio {
   webhooksToService: number | null;
   /** service-traced throughput / service throughput: what exporting traces costs creates */
   tracedToService: number | null;
+  /** CPU µs per answer, of the target's process: service / floor */
+  serviceCpuToFloor: number | null;
+  /** CPU µs per answer of the target's process: get-by-id / service (a create) */
+  getByIdCpuToCreate: number | null;
+  /** The same, of the target's process and PostgreSQL together */
+  getByIdTotalCpuToCreate: number | null;
+  /** CPU µs per answer of the target's process: get-page / service (a create) */
+  getPageCpuToCreate: number | null;
+  /** The same, of the target's process and PostgreSQL together */
+  getPageTotalCpuToCreate: number | null;
+  /** CPU µs per answer of the target's process: service+webhooks / service */
+  webhooksCpuToService: number | null;
 }
 
 export interface BenchReport {
@@ -92,10 +106,21 @@ export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
   };
   const divide = (a: number | undefined, b: number | undefined) =>
     a === undefined || b === undefined || b === 0 ? null : a / b;
+  const cpu = (target: Target, connections: number, withPostgres = false) => {
+    const run = runs.find((r) => r.target === target && r.connections === connections);
+    if (run?.status !== 'ok') return undefined;
+    const perAnswer = cpuMicrosecondsPerAnswer(run);
+    if (!withPostgres) return perAnswer.target;
+    return perAnswer.target === undefined || perAnswer.postgres === undefined
+      ? undefined
+      : perAnswer.target + perAnswer.postgres;
+  };
   return levels.map((connections) => {
     const service = throughput('service', connections);
     const getById = throughput('get-by-id', connections);
     const ceiling = throughput('http-ceiling', connections);
+    const create = cpu('service', connections);
+    const createTotal = cpu('service', connections, true);
     return {
       connections,
       serviceToCeiling: divide(service, ceiling),
@@ -105,6 +130,12 @@ export function ratios(runs: RunResult[], levels: number[]): Ratio[] {
       getByIdToUnbatched: divide(getById, throughput('get-by-id-unbatched', connections)),
       webhooksToService: divide(throughput('service+webhooks', connections), service),
       tracedToService: divide(throughput('service-traced', connections), service),
+      serviceCpuToFloor: divide(create, cpu('floor', connections)),
+      getByIdCpuToCreate: divide(cpu('get-by-id', connections), create),
+      getByIdTotalCpuToCreate: divide(cpu('get-by-id', connections, true), createTotal),
+      getPageCpuToCreate: divide(cpu('get-page', connections), create),
+      getPageTotalCpuToCreate: divide(cpu('get-page', connections, true), createTotal),
+      webhooksCpuToService: divide(cpu('service+webhooks', connections), create),
     };
   });
 }
@@ -129,11 +160,27 @@ const connectionsCell = (run: RunResult) =>
 
 const percent = (ratio: number | null) => (ratio === null ? '-' : `${(ratio * 100).toFixed(1)} %`);
 
-/** CPU microseconds per answer: of the server process, and of the whole machine. */
-const microsecondsCell = (run: RunResult) => {
+/** CPU microseconds per answer: of the target's process, of PostgreSQL, of the whole machine. */
+export function cpuMicrosecondsPerAnswer(run: RunResult): {
+  target?: number;
+  postgres?: number;
+  machine?: number;
+} {
   const per = (cores: number | undefined) =>
     cores === undefined || !run.throughput ? undefined : (cores / run.throughput) * 1e6;
-  return [per(run.cpu?.server), per(run.cpu?.machine)].map((value) => fixed(value, 0)).join(' / ');
+  const figures: { target?: number; postgres?: number; machine?: number } = {};
+  const target = per(run.cpu?.server);
+  const postgres = per(run.cpu?.postgres);
+  const machine = per(run.cpu?.machine);
+  if (target !== undefined) figures.target = target;
+  if (postgres !== undefined) figures.postgres = postgres;
+  if (machine !== undefined) figures.machine = machine;
+  return figures;
+}
+
+const microsecondsCell = (run: RunResult) => {
+  const { target, postgres, machine } = cpuMicrosecondsPerAnswer(run);
+  return [target, postgres, machine].map((value) => fixed(value, 0)).join(' / ');
 };
 
 export const TABLE_HEADER = [
@@ -146,7 +193,7 @@ export const TABLE_HEADER = [
   'errors',
   'peak RSS MiB',
   'CPU server / loadgen / machine',
-  'CPU µs per answer server / machine',
+  'CPU µs per answer: target / PostgreSQL / machine',
 ];
 
 export function tableRows(runs: RunResult[]): string[][] {
@@ -181,6 +228,31 @@ export const RATIO_HEADER = [
   'service+webhooks / service',
   'service-traced / service',
 ];
+
+const times = (ratio: number | null) => (ratio === null ? '-' : `${ratio.toFixed(2)} ×`);
+
+/** Ratios of CPU microseconds per answer; "with PostgreSQL" adds the server's to the target's. */
+export const CPU_RATIO_HEADER = [
+  'connections',
+  'service / floor',
+  'get-by-id / create',
+  'with PostgreSQL',
+  'get-page / create',
+  'with PostgreSQL',
+  'service+webhooks / service',
+];
+
+export function cpuRatioRows(list: Ratio[]): string[][] {
+  return list.map((ratio) => [
+    String(ratio.connections),
+    times(ratio.serviceCpuToFloor),
+    times(ratio.getByIdCpuToCreate),
+    times(ratio.getByIdTotalCpuToCreate),
+    times(ratio.getPageCpuToCreate),
+    times(ratio.getPageTotalCpuToCreate),
+    times(ratio.webhooksCpuToService),
+  ]);
+}
 
 export function ratioRows(list: Ratio[]): string[][] {
   return list.map((ratio) => [
@@ -259,7 +331,10 @@ export function runSummary(run: RunResult): string {
     `errors ${run.errors ?? '-'}`,
   ];
   if (run.peakRssBytes !== undefined) parts.push(`peak RSS ${mebibytes(run.peakRssBytes)} MiB`);
-  if (run.cpu) parts.push(`CPU server/loadgen/machine ${cpuCell(run.cpu)}`);
+  if (run.cpu) {
+    parts.push(`CPU server/loadgen/machine ${cpuCell(run.cpu)}`);
+    parts.push(`µs per answer target/PostgreSQL/machine ${microsecondsCell(run)}`);
+  }
   if (run.note) parts.push(run.note);
   return `${head} ${parts.join(', ')}`;
 }
@@ -295,14 +370,22 @@ errors and timeouts (pgbench: failed transactions plus aborted clients). Peak RS
 VmRSS of the server process sampled every 100 ms while measured. CPU is in cores' worth used
 while measured (1.00 = one core busy the whole time): the server process, the load generator
 (this harness's process running autocannon), and the whole machine; per answer, it is in
-microseconds of the server process and of the whole machine (load generator and PostgreSQL
-included), the figure that holds still on a shared machine where throughput does not.
+microseconds of the target's process, of all PostgreSQL's processes together, and of the whole
+machine (load generator included), the figures that hold still on a shared machine where
+throughput does not.
 
 ${markdownTable(TABLE_HEADER, tableRows(report.runs))}
 
 Throughput of the service relative to the other targets, per concurrency level:
 
 ${markdownTable(RATIO_HEADER, ratioRows(report.ratios), 0)}
+
+CPU microseconds per answer relative to others in the same run: the service's process against
+the floor's for a create; a read by id and a page of 100 against a create (the service's
+process alone, and with PostgreSQL's processes added); a create with the webhook on against one
+without:
+
+${markdownTable(CPU_RATIO_HEADER, cpuRatioRows(report.ratios), 0)}
 ${
   webhookRows(report.runs).length === 0
     ? ''
@@ -318,6 +401,9 @@ ${markdownTable(WEBHOOK_HEADER, webhookRows(report.runs), 0)}
 
 ## What each target is
 
+- **floor**: \`bench/floor.ts\`, bare Fastify answering \`POST /plants\` with the shapes of the
+  service's NewPlant and Plant schemas in plain TypeBox, a plain bearer check, no database, no
+  logging, no metrics: the least a Fastify service with these schemas spends per create here.
 - **service**: \`node dist/server.js\`, the service as shipped, with its default pool
   (\`DB_POOL_MAX\`), request logging at \`info\` into a file, and PostgreSQL's durable commits
   (the server's own \`synchronous_commit\` and \`fsync\`, listed below; the harness changes

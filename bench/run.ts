@@ -1,7 +1,9 @@
-// `npm run bench`: the service, the same HTTP app without a database (http-ceiling) and pgbench
-// running the service's INSERT, at each concurrency level, against a database of its own on the
-// PostgreSQL at BENCH_DATABASE_URL; then the service's reads (by id and a page at a time) of the
-// plants stored there. Prints a table and writes bench/results/latest.{json,md,svg}.
+// `npm run bench`: bare Fastify with the same schemas (floor), the service, the same HTTP app
+// without a database (http-ceiling) and pgbench running the service's INSERT, at each
+// concurrency level, against a database of its own on the PostgreSQL at BENCH_DATABASE_URL; then
+// the service's reads (by id and a page at a time) of the plants stored there. Each run measures
+// the CPU of the target's process and of the PostgreSQL server's processes per answer. Prints a
+// table and writes bench/results/latest.{json,md,svg}.
 import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
@@ -35,18 +37,25 @@ import { pgbenchVersion, runPgbench } from './pgbench.js';
 import {
   type Child,
   describeExit,
+  type ProcessTreeCpu,
   readMachineCpuSeconds,
+  readParentPid,
   readProcessCpuSeconds,
+  readProcessName,
+  readProcessTreeCpu,
   runToCompletion,
   sampleResidentMemory,
   spawnChild,
   stopChild,
   tailOf,
+  treeCpuBetween,
   waitForListening,
 } from './processes.js';
 import {
   type BenchReport,
+  CPU_RATIO_HEADER,
   type CpuUse,
+  cpuRatioRows,
   markdownReport,
   RATIO_HEADER,
   type RunResult,
@@ -92,6 +101,9 @@ interface Session {
   nextBody: () => string;
   stored: StoredPlants;
   notes: Set<string>;
+  /** The PostgreSQL server's postmaster, when it runs on this machine. */
+  postmasterPid: number | undefined;
+  benchDatabase: string;
 }
 
 type HttpTarget = Exclude<Target, 'pgbench'>;
@@ -138,6 +150,7 @@ function requestsOf(session: Session, target: HttpTarget): LoadRequests {
 }
 
 const isCreateTarget = (target: HttpTarget) =>
+  target === 'floor' ||
   target === 'service' ||
   target === 'service+webhooks' ||
   target === 'service-traced' ||
@@ -260,6 +273,44 @@ function targetEnvironment(target: HttpTarget): Record<string, string> {
   return {};
 }
 
+/** A reading of the PostgreSQL server's CPU, and its client backends of other databases. */
+interface PostgresCpuReading {
+  tree: ProcessTreeCpu;
+  otherDatabases: Set<number>;
+}
+
+/**
+ * The CPU of every process of the PostgreSQL server so far (the postmaster, its background
+ * processes and backends, and those that exited), when the server runs on this machine. The
+ * pids of client backends of other databases are noted, so a shared server's other users can be
+ * left out.
+ */
+async function readPostgresCpu(session: Session): Promise<PostgresCpuReading | undefined> {
+  if (session.postmasterPid === undefined) return undefined;
+  const { rows } = await session.admin.query<{ pid: number }>(
+    `select pid from pg_stat_activity
+      where backend_type = 'client backend' and datname is distinct from $1`,
+    [session.benchDatabase],
+  );
+  const tree = readProcessTreeCpu(session.postmasterPid);
+  return tree && { tree, otherDatabases: new Set(rows.map((row) => row.pid)) };
+}
+
+/**
+ * CPU seconds PostgreSQL spent between two readings, without the client backends of other
+ * databases that lived through both (those that came and went in between cannot be told apart).
+ */
+function postgresCpuBetween(
+  before: PostgresCpuReading | undefined,
+  after: PostgresCpuReading | undefined,
+): number | undefined {
+  if (!before || !after) return undefined;
+  const excluded = new Set(
+    [...before.otherDatabases].filter((pid) => after.otherDatabases.has(pid)),
+  );
+  return treeCpuBetween(before.tree, after.tree, excluded);
+}
+
 async function checkpoint(session: Session): Promise<void> {
   // The rows earlier runs inserted are vacuumed and analysed now, not by an autovacuum that
   // starts during the next run and takes its cores.
@@ -293,7 +344,7 @@ async function waitForServer(child: Child, logFile: string, errorFile: string): 
 
 /** One request before the load: the token, the request and the answer are what the load expects. */
 async function checkAnswers(baseUrl: string, session: Session, target: HttpTarget): Promise<void> {
-  if (target !== 'http-ceiling') {
+  if (target !== 'http-ceiling' && target !== 'floor') {
     const ready = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(10_000) });
     if (ready.status !== 200) throw new StartError(`/readyz answered ${ready.status}`);
   }
@@ -350,7 +401,9 @@ async function runHttpTarget(
   const entry =
     target === 'http-ceiling'
       ? join(benchBuildFolder, 'ceiling.js')
-      : join(distFolder, 'server.js');
+      : target === 'floor'
+        ? join(benchBuildFolder, 'floor.js')
+        : join(distFolder, 'server.js');
   const receiver = target === 'service+webhooks' ? await startWebhookReceiver() : undefined;
   const collector = target === 'service-traced' ? await startOtlpCollector() : undefined;
   const startedAtMs = Date.now();
@@ -399,6 +452,7 @@ async function runHttpTarget(
 
     const serverCpuBefore = readProcessCpuSeconds(child.pid);
     const receiverCpuBefore = receiver && readProcessCpuSeconds(receiver.pid);
+    const postgresBefore = await readPostgresCpu(session);
     const machineBefore = readMachineCpuSeconds();
     const ownBefore = process.cpuUsage();
     const startedAt = performance.now();
@@ -410,6 +464,7 @@ async function runHttpTarget(
     const receiverCpuAfter = receiver && readProcessCpuSeconds(receiver.pid);
     const machineAfter = readMachineCpuSeconds();
     const own = process.cpuUsage(ownBefore);
+    const postgresAfter = await readPostgresCpu(session);
 
     if (child.exit) {
       throw new Error(
@@ -430,6 +485,8 @@ async function runHttpTarget(
     if (machineBefore && machineAfter) {
       cpu.machine = (machineAfter.busy - machineBefore.busy) / seconds;
     }
+    const postgresSeconds = postgresCpuBetween(postgresBefore, postgresAfter);
+    if (postgresSeconds !== undefined) cpu.postgres = postgresSeconds / seconds;
     const run: RunResult = {
       target,
       connections,
@@ -511,6 +568,7 @@ async function runPgbenchTarget(session: Session, connections: number): Promise<
   } catch (error) {
     throw new StartError((error as Error).message);
   }
+  const postgresBefore = await readPostgresCpu(session);
   const machineBefore = readMachineCpuSeconds();
   const startedAt = performance.now();
   const result = await runPgbench({
@@ -520,6 +578,7 @@ async function runPgbenchTarget(session: Session, connections: number): Promise<
   });
   const seconds = (performance.now() - startedAt) / 1000;
   const machineAfter = readMachineCpuSeconds();
+  const postgresAfter = await readPostgresCpu(session);
   rmSync(common.workFolder, { recursive: true, force: true });
   const run: RunResult = {
     target: 'pgbench',
@@ -537,11 +596,25 @@ async function runPgbenchTarget(session: Session, connections: number): Promise<
   if (machineBefore && machineAfter) {
     run.cpu = { machine: (machineAfter.busy - machineBefore.busy) / seconds };
   }
+  const postgresSeconds = postgresCpuBetween(postgresBefore, postgresAfter);
+  if (postgresSeconds !== undefined) run.cpu = { ...run.cpu, postgres: postgresSeconds / seconds };
   if (result.exitCode !== 0) run.note = `pgbench exited with code ${result.exitCode}`;
   return run;
 }
 
 // ---- the session ----
+
+/** The postmaster: the parent of this connection's backend, if /proc shows it here. */
+async function findPostmaster(admin: pg.Client): Promise<number | undefined> {
+  const { rows } = await admin.query<{ pid: number }>('select pg_backend_pid() as pid');
+  const backend = rows[0]?.pid;
+  // A server elsewhere has pids of its own: one that matches here must be PostgreSQL's too.
+  if (backend === undefined || readProcessName(backend) !== 'postgres') return undefined;
+  const parent = readParentPid(backend);
+  return parent !== undefined && parent > 1 && readProcessName(parent) === 'postgres'
+    ? parent
+    : undefined;
+}
 
 async function benchmark(options: BenchOptions): Promise<number> {
   const startedAt = new Date();
@@ -613,7 +686,18 @@ async function benchmark(options: BenchOptions): Promise<number> {
       nextBody: plantBodies(),
       stored,
       notes,
+      postmasterPid: await findPostmaster(admin),
+      benchDatabase,
     };
+    if (session.postmasterPid === undefined) {
+      notes.add(
+        'The PostgreSQL server does not run on this machine (or its processes cannot be read), so its CPU is not measured.',
+      );
+    } else {
+      notes.add(
+        "PostgreSQL's CPU is that of all the server's processes together (postmaster, background processes, every backend, and those that exited during the run), from /proc, without the client backends of other databases that lived through the whole run; connections of other databases that opened and closed during the run are counted, so on a shared server the figure can only be too high.",
+      );
+    }
     const perRun = options.warmupSeconds + options.durationSeconds + 2;
     say(
       `levels ${options.connections.join(', ')}; targets ${targets.join(', ')}; ` +
@@ -711,6 +795,7 @@ async function benchmark(options: BenchOptions): Promise<number> {
 function writeResults(report: BenchReport, levels: number[]): void {
   say(`\n${textTable(TABLE_HEADER, tableRows(report.runs))}`);
   say(`\n${textTable(RATIO_HEADER, ratioRows(report.ratios), 0)}`);
+  say(`\n${textTable(CPU_RATIO_HEADER, cpuRatioRows(report.ratios), 0)}`);
   const webhooks = webhookRows(report.runs);
   if (webhooks.length > 0) say(`\n${textTable(WEBHOOK_HEADER, webhooks, 1)}`);
   mkdirSync(resultsFolder, { recursive: true });

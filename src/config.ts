@@ -31,7 +31,7 @@ const EnvironmentSchema = Type.Object({
   SHUTDOWN_DELAY_MS: integer(0, 3_600_000, 5000),
   JSON_MAX_DEPTH: integer(1, 1000, 32),
   WRITE_BATCH_MAX: integer(1, 10_000, 500),
-  WRITE_CONCURRENCY: integer(1, 1000, 4),
+  WRITE_CONCURRENCY: integer(1, 1000, 1),
   WRITE_QUEUE_MAX: integer(1, 1_000_000, 10_000),
   READ_BATCH_MAX: integer(1, 10_000, 500),
   READ_CONCURRENCY: integer(1, 1000, 4),

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import type { DestinationStream } from 'pino';
 import { type AppConfig, buildApp } from '../../src/app.js';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import type { AppDatabase } from '../../src/db/client.js';
@@ -51,6 +52,8 @@ export interface TestAppOptions {
   isStopping?: () => boolean;
   /** Send the newPlant webhook, with a dispatcher running as in production. */
   webhooks?: WebhookConfig;
+  /** Where the log goes instead of `logs`, e.g. the service's own stdout destination. */
+  logDestination?: DestinationStream;
 }
 
 /** The configuration of a service given only its tokens: the production defaults. */
@@ -88,7 +91,10 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       })
     : database.open();
   const logs: string[] = [];
-  const logger = createLogger('info', { write: (line: string) => logs.push(line) });
+  const logger = createLogger(
+    'info',
+    options.logDestination ?? { write: (line: string) => logs.push(line) },
+  );
   const latestMillis = latestMigrationMillis();
   let repository: PlantRepository | undefined;
   const idle = { queued: 0, inFlight: 0 };

@@ -77,6 +77,37 @@ describe('GET /plants', () => {
     ]);
   });
 
+  it('writes every plant of a page exactly as GET /plants/{id} writes it, whatever its text', async () => {
+    const start = 5n * 10n ** 15n;
+    const texts = [
+      '"quoted" and \\ backslashed \\"',
+      '\u0001\u001f\b\f\n\r\t controls',
+      '\u007f delete, \u2028\u2029 separators',
+      '\ufeffa leading byte order mark',
+      'é ü 中文 😀 𝄞',
+      '</script><b>',
+    ];
+    await store(
+      ...texts.map((text, i) => ({
+        id: String(start + BigInt(i) + 1n),
+        name: text,
+        ...(i % 2 === 0 && { tag: `${text} tag` }),
+      })),
+    );
+    try {
+      const page = await get(`/plants?after=${start}&limit=${texts.length}`);
+      const each = await Promise.all(
+        texts.map((_, i) => get(`/plants/${start + BigInt(i) + 1n}`).then((one) => one.body)),
+      );
+      expect(page.body).toBe(`[${each.join(',')}]`);
+      const names = JSON.parse(page.body).map((plant: { name: string }) => plant.name);
+      expect(names).toStrictEqual(texts);
+    } finally {
+      // The other tests count the plants of this table.
+      await t.database.query('delete from plants where id > $1', [String(start)]);
+    }
+  });
+
   it('starts at the smallest id without after, writing each id as an exact JSON integer', async () => {
     const response = await get('/plants?limit=3');
     expect(response.body).toBe(

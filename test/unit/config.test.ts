@@ -26,7 +26,7 @@ describe('loadConfig', () => {
       shutdownDelayMs: 5000,
       jsonMaxDepth: 32,
       writeBatchMax: 500,
-      writeConcurrency: 4,
+      writeConcurrency: 1,
       writeQueueMax: 10000,
       readBatchMax: 500,
       readConcurrency: 4,
