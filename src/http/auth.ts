@@ -1,4 +1,5 @@
 import { hash, timingSafeEqual } from 'node:crypto';
+import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from './errors.js';
@@ -35,8 +36,8 @@ export function createTokenVerifier(entries: readonly string[]): (token: string)
 /**
  * The token of an Authorization header value: the scheme word `Bearer` in any case, one or more
  * spaces, then the token exactly (RFC 7235, RFC 6750); undefined when there is none. Only the
- * spaces and tabs that HTTP strips around a field value are dropped: trimming every Unicode
- * space, U+00A0 included, would accept a token the client did not send.
+ * spaces and tabs that HTTP strips around a field value are dropped. (@fastify/bearer-auth trims
+ * every Unicode space, U+00A0 included, so it would accept a token the client did not send.)
  */
 export function bearerTokenOf(header: string | undefined): string | undefined {
   const match = /^bearer +(.*?)[ \t]*$/is.exec(header ?? '');
@@ -135,16 +136,36 @@ export async function requireBearerToken(
     }
   }
 
+  await scope.register(bearerAuth, {
+    keys: [],
+    // The plugin's own reading of the token is too lenient; read it from the header again.
+    auth: (_lenientToken, request) => {
+      const token = bearerTokenOf(request.headers.authorization);
+      return token !== undefined && verifyToken(token);
+    },
+    addHook: false,
+    // Despite its name, this mode matches the scheme word case-insensitively (RFC 7235).
+    specCompliance: 'rfc6749',
+    verifyErrorLogLevel: 'debug',
+  });
+  const verifyBearerAuth = scope.verifyBearerAuth;
+  if (!verifyBearerAuth) throw new Error('@fastify/bearer-auth did not provide verifyBearerAuth');
+
   scope.addHook('onRequest', (request, reply, done) => {
-    const token = bearerTokenOf(request.headers.authorization);
-    const passed = token !== undefined && verifyToken(token);
-    // Only an address that failed within a window can be over the limit: a valid token from
-    // any other address is through without asking the store.
-    if (passed && !perToken && !(failures && recentFailures.mayBeLimited(request.ip))) {
-      done();
-      return;
-    }
-    checkWithStore(request, reply, passed).then(() => done(), done);
+    verifyBearerAuth(request, reply, (error) => {
+      if (error && (error as { statusCode?: number }).statusCode !== 401) {
+        done(error);
+        return;
+      }
+      const passed = error === undefined;
+      // Only an address that failed within a window can be over the limit: a valid token from
+      // any other address is through without asking the store.
+      if (passed && !perToken && !(failures && recentFailures.mayBeLimited(request.ip))) {
+        done();
+        return;
+      }
+      checkWithStore(request, reply, passed).then(() => done(), done);
+    });
   });
 }
 
