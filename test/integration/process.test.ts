@@ -104,48 +104,33 @@ describe('start-up', () => {
     }
   });
 
-  it('refuses a port another process listens on, in one plain line', async () => {
-    const holder = createServer();
-    holder.listen(0, '127.0.0.1');
-    await once(holder, 'listening');
-    const { port } = holder.address() as { port: number };
-    try {
-      const server = run(process.execPath, ['dist/server.js'], {
-        DATABASE_URL: 'postgres://127.0.0.1:1/none',
-        API_TOKENS: TOKEN,
-        HOST: '127.0.0.1',
-        PORT: String(port),
-      });
-      expect(await server.exited).toBe(1);
-      expect(server.stderr.filter((line) => line !== '')).toStrictEqual([
-        `plant-store: cannot start: port ${port} on 127.0.0.1 is in use by another process; stop it or set PORT`,
-      ]);
-    } finally {
-      holder.close();
-    }
-  });
-
-  it('names METRICS_PORT when that is the port another process listens on', async () => {
-    const holder = createServer();
-    holder.listen(0, '127.0.0.1');
-    await once(holder, 'listening');
-    const { port } = holder.address() as { port: number };
-    try {
-      const server = run(process.execPath, ['dist/server.js'], {
-        DATABASE_URL: 'postgres://127.0.0.1:1/none',
-        API_TOKENS: TOKEN,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        METRICS_PORT: String(port),
-      });
-      expect(await server.exited).toBe(1);
-      expect(server.stderr.filter((line) => line !== '')).toStrictEqual([
-        `plant-store: cannot start: port ${port} on 127.0.0.1 is in use by another process; stop it or set METRICS_PORT`,
-      ]);
-    } finally {
-      holder.close();
-    }
-  });
+  it.each([
+    ['PORT', {}],
+    ['METRICS_PORT', { PORT: '0' }],
+  ] as const)(
+    'refuses a %s another process listens on, in one plain line that names it',
+    async (variable, env) => {
+      const holder = createServer();
+      holder.listen(0, '127.0.0.1');
+      await once(holder, 'listening');
+      const { port } = holder.address() as { port: number };
+      try {
+        const server = run(process.execPath, ['dist/server.js'], {
+          DATABASE_URL: 'postgres://127.0.0.1:1/none',
+          API_TOKENS: TOKEN,
+          HOST: '127.0.0.1',
+          ...env,
+          [variable]: String(port),
+        });
+        expect(await server.exited).toBe(1);
+        expect(server.stderr.filter((line) => line !== '')).toStrictEqual([
+          `plant-store: cannot start: port ${port} on 127.0.0.1 is in use by another process; stop it or set ${variable}`,
+        ]);
+      } finally {
+        holder.close();
+      }
+    },
+  );
 });
 
 describe('the service process', () => {
