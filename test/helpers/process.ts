@@ -14,6 +14,24 @@ export interface RunningProcess {
   exited: Promise<number | string>;
 }
 
+/**
+ * The first line of `running`'s stdout that contains `text`, once it has arrived: the service
+ * writes its log in batches, so a line reaches stdout up to 100 ms after it was logged.
+ */
+export async function lineContaining(
+  running: Pick<RunningProcess, 'stdout'>,
+  text: string,
+  withinMs = 5000,
+): Promise<string> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const line = running.stdout.find((candidate) => candidate.includes(text));
+    if (line !== undefined) return line;
+    if (Date.now() > deadline) throw new Error(`no line containing ${text} within ${withinMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 export interface RunOptions {
   /** Working directory; the project root unless given. */
   cwd?: string;

@@ -294,7 +294,7 @@ describe('paging while others write', () => {
       seen.push(...ids(response));
       url = nextPage(response);
       const mark = writes();
-      while (writes() < mark + 4) await new Promise((resolve) => setTimeout(resolve, 1));
+      while (writes() < mark + 8) await new Promise((resolve) => setTimeout(resolve, 1));
     }
     return seen;
   }

@@ -6,7 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { shippedMigrationNames } from '../../src/db/migrate.js';
 import { HASHED_TOKEN, TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
 import { createScratchDatabase, type ScratchDatabase, serverUrlOf } from '../helpers/database.js';
-import { freePort, killIfRunning, run, startServer, waitUntilReady } from '../helpers/process.js';
+import {
+  freePort,
+  killIfRunning,
+  lineContaining,
+  run,
+  startServer,
+  waitUntilReady,
+} from '../helpers/process.js';
 
 const tokens = TOKEN_ENTRIES.join(',');
 
@@ -94,7 +101,7 @@ describe('start-up', () => {
       await waitUntilReady(baseUrl, 20_000);
       expect((await post(baseUrl, { id: 1, name: 'Later' })).status).toBe(200);
       const shipped = shippedMigrationNames();
-      expect(server.stdout.find((line) => line.includes('"migrations"'))).toContain(
+      expect(await lineContaining(server, '"migrations"')).toContain(
         `applied ${shipped.length} migrations ${shipped.join(', ')} to the database`,
       );
     } finally {
