@@ -77,33 +77,36 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       },
     });
   }
-  if (sources.writes) {
-    const writes = sources.writes;
+  /** A batch queue's waiting items (queued) and statements in flight (in_flight). */
+  const queueGauge = (
+    name: string,
+    help: string,
+    stats: () => { queued: number; inFlight: number },
+  ) =>
     new Gauge({
-      name: 'plant_store_write_queue',
-      help: 'Creates waiting for an INSERT (queued) and INSERTs in flight (in_flight)',
+      name,
+      help,
       labelNames: ['state'],
       registers: [registry],
       collect() {
-        const { queued, inFlight } = writes();
+        const { queued, inFlight } = stats();
         this.set({ state: 'queued' }, queued);
         this.set({ state: 'in_flight' }, inFlight);
       },
     });
+  if (sources.writes) {
+    queueGauge(
+      'plant_store_write_queue',
+      'Creates waiting for an INSERT (queued) and INSERTs in flight (in_flight)',
+      sources.writes,
+    );
   }
   if (sources.reads) {
-    const reads = sources.reads;
-    new Gauge({
-      name: 'plant_store_read_queue',
-      help: 'Reads by id waiting for a SELECT (queued) and SELECTs in flight (in_flight)',
-      labelNames: ['state'],
-      registers: [registry],
-      collect() {
-        const { queued, inFlight } = reads();
-        this.set({ state: 'queued' }, queued);
-        this.set({ state: 'in_flight' }, inFlight);
-      },
-    });
+    queueGauge(
+      'plant_store_read_queue',
+      'Reads by id waiting for a SELECT (queued) and SELECTs in flight (in_flight)',
+      sources.reads,
+    );
   }
 
   // Label lookups cost more than the increments: keep one child per label set.
