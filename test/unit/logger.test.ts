@@ -1,7 +1,10 @@
 import { spawnSync } from 'node:child_process';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { stdoutDestination } from '../../src/logger.js';
 
 // The log is written in batches; what a process logged before it ends must still reach stdout,
 // whole and in order, however it ends. Run against the build, as the service runs.
@@ -38,5 +41,30 @@ describe('the log', () => {
       Array.from({ length: 1000 }, (_, i) => i),
     );
     expect(lines.at(-1)).toMatchObject({ level, msg: 'the last line' });
+  });
+});
+
+describe('the batched destination', () => {
+  it('keeps lines whole and in order around one longer than its buffer, non-ASCII ones too', () => {
+    const folder = mkdtempSync(join(tmpdir(), 'plant-store-log-'));
+    const file = join(folder, 'out.log');
+    const fd = openSync(file, 'w');
+    try {
+      const destination = stdoutDestination(fd);
+      const lines = [
+        ...Array.from(
+          { length: 50 },
+          (_, i) => `{"i":${i},"name":"Monstera 🌿 ${'é'.repeat(i * 40)}"}`,
+        ),
+        `{"long":"${'🌿'.repeat(100_000)}"}`,
+        ...Array.from({ length: 50 }, (_, i) => `{"j":${i}}`),
+      ];
+      for (const line of lines) destination.write(`${line}\n`);
+      destination.flushSync();
+      expect(readFileSync(file, 'utf8')).toBe(`${lines.join('\n')}\n`);
+    } finally {
+      closeSync(fd);
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 });
