@@ -1,4 +1,4 @@
-import { hash, timingSafeEqual } from 'node:crypto';
+import { hash } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -10,27 +10,23 @@ export const SHA256_ENTRY_PREFIX = 'sha256:';
 const CHALLENGE = 'Bearer realm="plant-store"';
 
 // One call, no Hash object: a third of createHash's cost for a short token.
-function sha256(text: string): Buffer {
-  return hash('sha256', text, 'buffer');
-}
-
 /**
- * Builds the token check from configured entries (tokens or `sha256:<hex>` digests). Tokens are
- * compared by digest with timingSafeEqual against every entry, so neither the length of a
- * configured token nor which entry matched shows in the response time.
+ * Builds the token check from configured entries (tokens or `sha256:<hex>` digests). A presented
+ * token is looked up by its SHA-256 digest, never by itself: how long a lookup takes can depend
+ * on the digest's characters, and learning about the digest of a guess tells nothing about any
+ * configured token, so neither the length of a configured token nor which entry matched shows in
+ * the response time. (One digest and one lookup per request: half the CPU of comparing the
+ * digest with every entry through timingSafeEqual.)
  */
 export function createTokenVerifier(entries: readonly string[]): (token: string) => boolean {
-  const digests = entries.map((entry) =>
-    entry.startsWith(SHA256_ENTRY_PREFIX)
-      ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex')
-      : sha256(entry),
+  const digests = new Set(
+    entries.map((entry) =>
+      entry.startsWith(SHA256_ENTRY_PREFIX)
+        ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex').toString('base64')
+        : hash('sha256', entry, 'base64'),
+    ),
   );
-  return (token) => {
-    const presented = sha256(token);
-    let matched = false;
-    for (const digest of digests) matched = timingSafeEqual(digest, presented) || matched;
-    return matched;
-  };
+  return (token) => digests.has(hash('sha256', token, 'base64'));
 }
 
 /**
@@ -105,7 +101,7 @@ export async function requireBearerToken(
           timeWindow: limits.windowMs,
           // The token itself, not the header: 'bearer  <token>' is the same client.
           keyGenerator: (request) =>
-            sha256(bearerTokenOf(request.headers.authorization) ?? '').toString('hex'),
+            hash('sha256', bearerTokenOf(request.headers.authorization) ?? '', 'hex'),
         })
       : undefined;
   const recentFailures = new FailedAddresses(limits.windowMs);
