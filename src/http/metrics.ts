@@ -22,6 +22,13 @@ export interface Metrics {
   observeReadBatch(size: number): void;
 }
 
+/** The requests answered with one method, route and status. */
+type Answered = {
+  labels: { method: string; route: string; status_code: number };
+  count: number;
+  duration: Histogram.Internal<string>;
+};
+
 const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const batchBuckets = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 
@@ -30,11 +37,18 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const labelNames = ['method', 'route', 'status_code'] as const;
-  const requests = new Counter({
+  // Counted in a plain number per label set (see observeRequest), handed to the counter when
+  // scraped: a request costs an increment, not a second label lookup in prom-client.
+  const answered = new Map<string, Answered>();
+  new Counter({
     name: 'http_requests_total',
     help: 'HTTP requests answered, by method, route and status',
     labelNames,
     registers: [registry],
+    collect() {
+      this.reset();
+      for (const { labels, count } of answered.values()) this.inc(labels, count);
+    },
   });
   const durations = new Histogram({
     name: 'http_request_duration_seconds',
@@ -109,21 +123,19 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
     );
   }
 
-  // Label lookups cost more than the increments: keep one child per label set.
-  type Child = { count: Counter.Internal; duration: Histogram.Internal<string> };
-  const children = new Map<string, Child>();
   return {
     registry,
     observeRequest(method, route, status, seconds) {
       const key = `${method} ${status} ${route}`;
-      let child = children.get(key);
-      if (!child) {
+      let requests = answered.get(key);
+      if (!requests) {
+        // Label lookups cost more than the counting: one histogram child per label set.
         const labels = { method, route, status_code: status };
-        child = { count: requests.labels(labels), duration: durations.labels(labels) };
-        children.set(key, child);
+        requests = { labels, count: 0, duration: durations.labels(labels) };
+        answered.set(key, requests);
       }
-      child.count.inc();
-      child.duration.observe(seconds);
+      requests.count++;
+      requests.duration.observe(seconds);
     },
     observeBatch(size) {
       batches.observe(size);

@@ -42,6 +42,12 @@ describe('GET /metrics', () => {
     expect(
       sample(body, `http_request_duration_seconds_bucket{le="+Inf",${route},status_code="200"}`),
     ).toBe(1);
+    // Counted, not accumulated, by each scrape: a second one reads the same figures.
+    const again = (await scrape()).body;
+    expect(sample(again, `http_requests_total{${route},status_code="200"}`)).toBe(1);
+    await postPlant(t.app, { id: 2, name: 'counted' });
+    const after = (await scrape()).body;
+    expect(sample(after, `http_requests_total{${route},status_code="200"}`)).toBe(2);
   });
 
   it('labels every unknown path as one unmatched route', async () => {
