@@ -1,4 +1,4 @@
-import { asc, eq, gte, type SQL, sql } from 'drizzle-orm';
+import { eq, type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { plants } from '../db/schema.js';
@@ -64,6 +64,12 @@ function toStoredPlant({ id, name, tag }: StoredRow): StoredPlant {
   return tag === null ? { id, name: decode(name) } : { id, name: decode(name), tag: decode(tag) };
 }
 
+/** A row of the reads: the id as its decimal text, which both engines' drivers read alike. */
+type ReadRow = { id: string; name: string | Uint8Array; tag: string | Uint8Array | null };
+
+const readPlant = ({ id, name, tag }: ReadRow): StoredPlant =>
+  toStoredPlant({ id: BigInt(id), name, tag });
+
 /** Every statement is built and prepared once: a query only sends its parameters. */
 export function createPlantQueries(
   db: Database,
@@ -104,31 +110,35 @@ export function createPlantQueries(
     .onConflictDoUpdate({ target: plants.id, set: { name: sql`${plants.name}` } })
     .returning({ ...storedColumns, inserted: sql<boolean>`xmax = 0` })
     .prepare('plants_insert_or_lock');
-  const findByIds = db
-    .select(storedColumns)
-    .from(plants)
-    .where(sql`${plants.id} = any(${sql.placeholder('ids')}::int8[])`)
-    .prepare('plants_select_batch');
-  const listPage = db
-    .select(storedColumns)
-    .from(plants)
-    .where(gte(plants.id, sql.placeholder('fromId')))
-    .orderBy(asc(plants.id))
-    .limit(sql.placeholder('limit'))
-    .prepare('plants_page');
+  // The reads return many rows: each is read as the driver gives it and made a plant here, in
+  // one pass, rather than mapped field by field through Drizzle's column decoders (a seventh
+  // of the service's CPU for a page of 100, most of it type checks repeated for every row).
+  const readColumns = sql`${plants.id}::text as id, ${storedColumns.name} as name,
+    ${storedColumns.tag} as tag`;
+  const findByIds = prepareStatement<ReadRow>(
+    db,
+    'plants_select_batch',
+    sql`select ${readColumns} from ${plants}
+         where ${plants.id} = any(${sql.placeholder('ids')}::int8[])`,
+  );
+  const listPage = prepareStatement<ReadRow>(
+    db,
+    'plants_page',
+    sql`select ${readColumns} from ${plants}
+         where ${plants.id} >= ${sql.placeholder('fromId')}
+         order by ${plants.id} limit ${sql.placeholder('limit')}`,
+  );
   // Written as a range of (tag, id) in that index's order, which only plants_tag_id_idx can
   // serve without a sort. As `tag = $1 order by id`, the planner may walk the primary key and
   // filter by tag, reading past every plant of the other tags, all of them for a rare tag.
-  const listTaggedPage = db
-    .select(storedColumns)
-    .from(plants)
-    .where(
-      sql`(${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
-        and ${plants.tag} <= ${sql.placeholder('tag')}::text`,
-    )
-    .orderBy(asc(plants.tag), asc(plants.id))
-    .limit(sql.placeholder('limit'))
-    .prepare('plants_tagged_page');
+  const listTaggedPage = prepareStatement<ReadRow>(
+    db,
+    'plants_tagged_page',
+    sql`select ${readColumns} from ${plants}
+         where (${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
+           and ${plants.tag} <= ${sql.placeholder('tag')}::text
+         order by ${plants.tag}, ${plants.id} limit ${sql.placeholder('limit')}`,
+  );
   const deleteById = db
     .delete(plants)
     .where(eq(plants.id, sql.placeholder('id')))
@@ -157,15 +167,19 @@ export function createPlantQueries(
       };
     },
     async findByIds(ids) {
-      const rows = await findByIds.execute({ ids });
-      return new Map(rows.map((row) => [row.id, toStoredPlant(row)]));
+      const found = new Map<bigint, StoredPlant>();
+      for (const row of await findByIds.execute({ ids })) {
+        const plant = readPlant(row);
+        found.set(plant.id, plant);
+      }
+      return found;
     },
     async listPage({ fromId, tag, limit }) {
       const rows =
         tag === undefined
           ? await listPage.execute({ fromId, limit })
           : await listTaggedPage.execute({ fromId, tag, limit });
-      return rows.map(toStoredPlant);
+      return rows.map(readPlant);
     },
     async deleteById(id) {
       return (await deleteById.execute({ id })).length > 0;
