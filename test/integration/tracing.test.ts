@@ -99,19 +99,40 @@ describe('tracing on, with an OTLP endpoint', () => {
     await database?.drop();
   });
 
-  it('exports a POST /plants as a server span and its INSERT, in the trace the client began', async () => {
+  /**
+   * Sends a request in a trace of its own, expects `status`, and waits until the collector holds
+   * one span named `awaited` in that trace; returns the client's trace, the answer and the trace.
+   */
+  async function tracedRequest(
+    path: string,
+    body: object | undefined,
+    status: number,
+    awaited: string,
+  ): Promise<{
+    client: ReturnType<typeof clientTrace>;
+    response: Response;
+    trace: ReceivedSpan[];
+  }> {
     const client = clientTrace();
-    const response = await request(server.baseUrl, '/plants', {
-      body: { id: 1, name: 'Monstera' },
+    const response = await request(server.baseUrl, path, {
+      ...(body === undefined ? {} : { body }),
       headers: { traceparent: client.traceparent },
     });
-    expect(response.status).toBe(200);
-    const requestId = response.headers.get('x-request-id') ?? '';
-
+    expect(response.status).toBe(status);
     const spans = await collector.waitFor(
-      (all) => named(inTrace(all, client.traceId), 'INSERT plants').length === 1,
+      (all) => named(inTrace(all, client.traceId), awaited).length === 1,
     );
-    const trace = inTrace(spans, client.traceId);
+    return { client, response, trace: inTrace(spans, client.traceId) };
+  }
+
+  it('exports a POST /plants as a server span and its INSERT, in the trace the client began', async () => {
+    const { client, response, trace } = await tracedRequest(
+      '/plants',
+      { id: 1, name: 'Monstera' },
+      200,
+      'INSERT plants',
+    );
+    const requestId = response.headers.get('x-request-id') ?? '';
     const [serverSpan] = named(trace, 'POST /plants');
     const [insert] = named(trace, 'INSERT plants');
     expect(serverSpan).toMatchObject({
@@ -154,16 +175,7 @@ describe('tracing on, with an OTLP endpoint', () => {
   });
 
   it('exports the webhook delivery of the new plant as a client span in the same trace', async () => {
-    const client = clientTrace();
-    const response = await request(server.baseUrl, '/plants', {
-      body: { id: 2, name: 'Fern' },
-      headers: { traceparent: client.traceparent },
-    });
-    expect(response.status).toBe(200);
-    const spans = await collector.waitFor(
-      (all) => named(inTrace(all, client.traceId), 'POST').length === 1,
-    );
-    const trace = inTrace(spans, client.traceId);
+    const { trace } = await tracedRequest('/plants', { id: 2, name: 'Fern' }, 200, 'POST');
     const [insert] = named(trace, 'INSERT plants');
     const [delivery] = named(trace, 'POST');
     const hookUrl = new URL(hook.url);
@@ -183,15 +195,7 @@ describe('tracing on, with an OTLP endpoint', () => {
   });
 
   it('exports a GET /plants/{id} with its coalesced SELECT', async () => {
-    const client = clientTrace();
-    const response = await request(server.baseUrl, '/plants/1', {
-      headers: { traceparent: client.traceparent },
-    });
-    expect(response.status).toBe(200);
-    const spans = await collector.waitFor(
-      (all) => named(inTrace(all, client.traceId), 'SELECT plants').length === 1,
-    );
-    const trace = inTrace(spans, client.traceId);
+    const { client, trace } = await tracedRequest('/plants/1', undefined, 200, 'SELECT plants');
     const [serverSpan] = named(trace, 'GET /plants/:id');
     expect(serverSpan).toMatchObject({
       kind: SPAN_KIND.server,
