@@ -12,7 +12,7 @@ import {
 import { ErrorSchema, errorHandler, notFoundHandler, redirectBody } from './http/errors.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { registerJsonBodyParser } from './http/json.js';
-import { type Metrics, metricsRoute, registerRequestMetrics } from './http/metrics.js';
+import { type Metrics, metricsRoute } from './http/metrics.js';
 import { registerOpenApi } from './http/openapi.js';
 import { requestIdFor } from './http/request-id.js';
 import { RequestLog } from './http/request-log.js';
@@ -60,7 +60,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config, metrics } = options;
   const app = Fastify({
     loggerInstance: options.logger,
-    logController: new RequestLog(options.logger),
+    logController: new RequestLog(options.logger, metrics),
     childLoggerFactory: requestLoggerFactory,
     requestIdHeader: false,
     genReqId: requestIdFor,
@@ -93,7 +93,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (request.is404) notFoundHandler(request, reply);
     else done();
   });
-  if (metrics) registerRequestMetrics(app, metrics);
   // While shutting down, answers close their connection, so keep-alive clients cannot hold it
   // open and move to the replicas that stay.
   const isStopping = options.isStopping ?? (() => false);
