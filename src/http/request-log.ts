@@ -39,8 +39,11 @@ export class RequestLog extends Fastify.LogController {
     // The line below as pino writes it, but written directly: a request's logger that is still
     // a RequestLogger binds only the request id (tracing gives it a child with more bindings).
     if (!error && this.infoLine && reply.log instanceof RequestLogger) {
+      const routeMember = route === undefined ? '' : `,"route":${JSON.stringify(route)}`;
       this.infoLine(
-        `,"reqId":${JSON.stringify(request.id)},"method":${JSON.stringify(request.method)},"url":${JSON.stringify(request.url)}${route === undefined ? '' : `,"route":${JSON.stringify(route)}`},"statusCode":${reply.statusCode},"durationMs":${durationMs}`,
+        `,"reqId":${JSON.stringify(request.id)},"method":${JSON.stringify(request.method)}` +
+          `,"url":${JSON.stringify(request.url)}${routeMember}` +
+          `,"statusCode":${reply.statusCode},"durationMs":${durationMs}`,
         'request completed',
       );
       return;
