@@ -12,6 +12,7 @@ import type * as ConfigModule from '../src/config.js';
 import type * as MetricsModule from '../src/http/metrics.js';
 import type * as LoggerModule from '../src/logger.js';
 import type { PlantRepository } from '../src/plants/repository.js';
+import type * as SerializeModule from '../src/plants/serialize.js';
 import { distFolder } from './paths.js';
 
 // Imported from dist/ at run time, so this process runs the very code the service runs; the
@@ -21,6 +22,7 @@ const { buildApp } = (await fromDist('app.js')) as typeof AppModule;
 const { ConfigError, loadConfig } = (await fromDist('config.js')) as typeof ConfigModule;
 const { createLogger } = (await fromDist('logger.js')) as typeof LoggerModule;
 const { createMetrics } = (await fromDist('http/metrics.js')) as typeof MetricsModule;
+const { storedPlantsJson } = (await fromDist('plants/serialize.js')) as typeof SerializeModule;
 
 let config: ConfigModule.Config;
 try {
@@ -38,12 +40,17 @@ const repository: PlantRepository = {
     plant: plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag },
   }),
   getPlant: async (id) => ({ id, name: 'Monstera deliciosa', tag: 'aroid' }),
-  listPlants: async ({ limit, after = 0n }) =>
-    Array.from({ length: limit }, (_, i) => ({
-      id: after + 1n + BigInt(i),
-      name: 'Monstera deliciosa',
-      tag: 'aroid',
-    })),
+  listPlants: async ({ limit, after = 0n }) => ({
+    json: storedPlantsJson(
+      Array.from({ length: limit }, (_, i) => ({
+        id: after + 1n + BigInt(i),
+        name: 'Monstera deliciosa',
+        tag: 'aroid',
+      })),
+    ),
+    count: limit,
+    lastId: after + BigInt(limit),
+  }),
   deletePlant: async () => true,
   drain: async () => {},
   stats: () => ({ writes: idle, reads: idle }),

@@ -33,3 +33,23 @@ export function prepareStatement<Row>(
     },
   };
 }
+
+/**
+ * As prepareStatement, for many rows: each comes as the array of its columns' values, in the
+ * select's order, and `read` makes the result of them all, so that no object is made per row.
+ */
+export function prepareArrayStatement<Row extends unknown[], Result>(
+  db: Database,
+  name: string,
+  query: SQL,
+  read: (rows: Row[]) => Result,
+): { execute(values: Record<string, unknown>): Promise<Result> } {
+  const prepared = db._.session.prepareQuery(
+    dialect.sqlToQuery(query),
+    undefined,
+    name === '' ? undefined : name,
+    true,
+    (rows) => read(rows as Row[]),
+  );
+  return { execute: (values) => prepared.execute(values) as Promise<Result> };
+}

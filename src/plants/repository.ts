@@ -8,7 +8,13 @@ import {
 } from '../db/errors.js';
 import type { DatabaseTracing } from '../db/tracing.js';
 import type { ClaimedDelivery } from '../webhooks/outbox.js';
-import { createPlantQueries, type PlantQueries, type QueryOptions } from './queries.js';
+import {
+  createPlantQueries,
+  emptyPage,
+  type PlantPage,
+  type PlantQueries,
+  type QueryOptions,
+} from './queries.js';
 import type { NewPlant, Plant, StoredPlant } from './schemas.js';
 
 export type CreatePlantResult =
@@ -30,12 +36,14 @@ export interface PageRequest {
 
 export type QueueStats = { queued: number; inFlight: number };
 
+export type { PlantPage } from './queries.js';
+
 export interface PlantRepository {
   /** Stores the plant unless its id exists; resolves once the outcome is committed. */
   createPlant(plant: NewPlant): Promise<CreatePlantResult>;
   /** The stored plant, or undefined when there is none. */
   getPlant(id: bigint): Promise<StoredPlant | undefined>;
-  listPlants(page: PageRequest): Promise<StoredPlant[]>;
+  listPlants(page: PageRequest): Promise<PlantPage>;
   /** Deletes the plant; false when there was none. */
   deletePlant(id: bigint): Promise<boolean>;
   /** Resolves when every create and read accepted so far has its answer. */
@@ -76,7 +84,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
     createPlant: (plant) => writes.add(plant),
     getPlant: (id) => reads.add(id),
     async listPlants({ limit, after, tag }) {
-      if (after === INT64_MAX) return [];
+      if (after === INT64_MAX) return emptyPage;
       return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
     },
     deletePlant: (id) => queries.deleteById(id),

@@ -17,7 +17,7 @@ import {
   plantExamples,
   StoredPlantSchema,
 } from './schemas.js';
-import { storedPlantJson, storedPlantsJson } from './serialize.js';
+import { storedPlantJson } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
@@ -183,13 +183,12 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const plants = await repository.listPlants({ limit, after, tag });
-      const last = plants.at(-1);
+      const page = await repository.listPlants({ limit, after, tag });
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
-      if (last && plants.length === limit && last.id < INT64_MAX) {
-        reply.header('link', nextPageLink(limit, last.id, tag));
+      if (page.lastId !== undefined && page.count === limit && page.lastId < INT64_MAX) {
+        reply.header('link', nextPageLink(limit, page.lastId, tag));
       }
-      return reply.type(JSON_TYPE).send(storedPlantsJson(plants));
+      return reply.type(JSON_TYPE).send(page.json);
     },
   );
 
