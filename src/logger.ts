@@ -134,7 +134,8 @@ export type InfoLine = (members: string, message: string) => void;
  * path: the line is the one `logger.info(object, message)` writes, byte for byte (level, time,
  * the logger's bindings, the members, the message), but its members are JSON the caller wrote,
  * so nothing is walked, redacted or formatted. For a line written on every request, whose
- * fields are known; undefined for any other logger.
+ * fields are known; undefined for any other logger. It writes whatever the level: the caller
+ * asks the logger in use whether info is enabled.
  */
 export function infoLineOf(logger: FastifyBaseLogger): InfoLine | undefined {
   const destination = destinations.get(logger);
@@ -142,7 +143,6 @@ export function infoLineOf(logger: FastifyBaseLogger): InfoLine | undefined {
   // The logger's own bindings (pid, hostname) as pino has serialized them: `,"pid":1,...`.
   const bindings = (logger as unknown as Record<symbol, string>)[pino.symbols.chindingsSym] ?? '';
   return (members, message) => {
-    if (!(logger as Logger).isLevelEnabled('info')) return;
     destination.write(
       `{"level":"info","time":"${isoTimeNow()}"${bindings}${members},"msg":${JSON.stringify(message)}}\n`,
     );
@@ -177,6 +177,11 @@ export class RequestLogger implements FastifyBaseLogger {
 
   get level(): string {
     return (this.made ?? this.parent).level;
+  }
+
+  /** Whether this request's lines at `level` are written (its level may differ from the app's). */
+  isLevelEnabled(level: string): boolean {
+    return ((this.made ?? this.parent) as Logger).isLevelEnabled(level);
   }
 
   set level(level: string) {

@@ -70,6 +70,7 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       'http_request_duration_seconds',
       'Time from receiving a request to sending its answer, by method, route and status',
       everyAnswered,
+      () => answered.clear(),
     ),
   );
   const batches = new Histogram({
@@ -178,7 +179,12 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
  * A histogram of request durations in prom-client's registry, its values read when scraped from
  * the counts of observeRequest: the same series, names and labels as a prom-client Histogram.
  */
-function durationHistogram(name: string, help: string, answered: () => Iterable<Answered>) {
+function durationHistogram(
+  name: string,
+  help: string,
+  answered: () => Iterable<Answered>,
+  forget: () => void,
+) {
   const values = () => {
     const samples: Array<{ labels: object; value: number; metricName: string }> = [];
     for (const { labels, count, sum, buckets } of answered()) {
@@ -207,6 +213,8 @@ function durationHistogram(name: string, help: string, answered: () => Iterable<
     type: 'histogram',
     aggregator: 'sum',
     get: async () => ({ name, help, type: 'histogram', aggregator: 'sum', values: values() }),
+    // registry.resetMetrics(): the counts behind both request metrics start again from zero.
+    reset: forget,
   };
   // prom-client's registry takes any object of this shape; its types name only its own classes.
   return metric as unknown as Metric;

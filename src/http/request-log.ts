@@ -39,6 +39,8 @@ export class RequestLog extends Fastify.LogController {
     // The line below as pino writes it, but written directly: a request's logger that is still
     // a RequestLogger binds only the request id (tracing gives it a child with more bindings).
     if (!error && this.infoLine && reply.log instanceof RequestLogger) {
+      // The request's level, which it may have changed, not the app's.
+      if (!reply.log.isLevelEnabled('info')) return;
       const routeMember = route === undefined ? '' : `,"route":${JSON.stringify(route)}`;
       this.infoLine(
         `,"reqId":${JSON.stringify(request.id)},"method":${JSON.stringify(request.method)}` +

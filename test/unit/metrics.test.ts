@@ -48,4 +48,22 @@ describe('the request duration histogram', () => {
       'http_requests_total{method="POST",route="/plants",status_code="200"} 1',
     );
   });
+
+  it('starts again from zero when the registry is reset', async () => {
+    const metrics = createMetrics();
+    metrics.observeRequest('POST', '/plants', 200, 0.002);
+    metrics.registry.resetMetrics();
+    expect(family(await metrics.registry.metrics(), 'http_')).not.toContainEqual(
+      expect.stringContaining('route="/plants"'),
+    );
+    metrics.observeRequest('POST', '/plants', 201, 0.002);
+    const exposed = family(await metrics.registry.metrics(), 'http_');
+    expect(exposed).toContain(
+      'http_requests_total{method="POST",route="/plants",status_code="201"} 1',
+    );
+    expect(exposed).toContain(
+      'http_request_duration_seconds_count{method="POST",route="/plants",status_code="201"} 1',
+    );
+    expect(exposed).not.toContainEqual(expect.stringContaining('status_code="200"'));
+  });
 });

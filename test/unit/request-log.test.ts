@@ -1,5 +1,5 @@
 import Fastify from 'fastify';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { RequestLog } from '../../src/http/request-log.js';
 import { createLogger, isoTimeNow, requestLoggerFactory } from '../../src/logger.js';
 
@@ -18,6 +18,14 @@ async function loggingApp(level: string, requestId: string) {
     request.log.warn({ detail: 1 }, 'careful');
     return { ok: true };
   });
+  app.get('/quiet', async (request) => {
+    request.log.level = 'warn';
+    return { ok: true };
+  });
+  app.get('/verbose', async (request) => {
+    request.log.level = 'info';
+    return { ok: true };
+  });
   app.get('/traced', async (request, reply) => {
     // As tracing does: the request's logger is replaced by a child with more bindings.
     request.log = request.log.child({ trace_id: 'abc' });
@@ -25,7 +33,7 @@ async function loggingApp(level: string, requestId: string) {
     return { ok: true };
   });
   await app.ready();
-  return { app, lines };
+  return { app, lines, logger };
 }
 
 /** The line pino itself writes for a request, with time and duration made comparable. */
@@ -46,8 +54,11 @@ describe('the request log line', () => {
     ['/plain/%22quoted%22?q=%5C&tag=caf%C3%A9', 'id"with\\quote'],
     ['/plain/x?q=\\&tag=\\u2028', '~!@#$%^&*()_+{}|:<>?'],
   ])('is the line pino writes, byte for byte: %s', async (url, requestId) => {
-    const { app, lines } = await loggingApp('info', requestId);
+    const { app, lines, logger } = await loggingApp('info', requestId);
+    // Written directly: no child logger is made for a request that logs nothing itself.
+    const child = vi.spyOn(logger, 'child');
     const response = await app.inject({ method: 'GET', url });
+    expect(child).not.toHaveBeenCalled();
     expect(response.statusCode).toBe(200);
     expect(lines).toHaveLength(1);
     const written = JSON.parse(lines[0] ?? '');
@@ -76,6 +87,17 @@ describe('the request log line', () => {
     await app.inject({ method: 'GET', url: '/warns' });
     expect(lines.map((line) => JSON.parse(line))).toEqual([
       expect.objectContaining({ level: 'warn', reqId: 'r2', detail: 1, msg: 'careful' }),
+    ]);
+  });
+
+  it("follows the request's own level, not the app's", async () => {
+    const quiet = await loggingApp('info', 'r5');
+    await quiet.app.inject({ method: 'GET', url: '/quiet' });
+    expect(quiet.lines).toEqual([]);
+    const verbose = await loggingApp('warn', 'r6');
+    await verbose.app.inject({ method: 'GET', url: '/verbose' });
+    expect(verbose.lines.map((line) => JSON.parse(line))).toEqual([
+      expect.objectContaining({ level: 'info', reqId: 'r6', url: '/verbose', statusCode: 200 }),
     ]);
   });
 
