@@ -15,6 +15,8 @@ export type HttpLoadOptions = LoadRequests & {
   durationSeconds: number;
   token: string;
   signal: AbortSignal;
+  /** Requests per second from all connections together; undefined: as fast as answered. */
+  rate?: number | undefined;
 };
 
 export interface HttpLoadResult {
@@ -82,7 +84,7 @@ function requestOf(options: HttpLoadOptions): autocannon.Request {
 
 /**
  * The requests of `options` from `connections` keep-alive connections, pipelining 1, for the
- * duration.
+ * duration, at `rate` requests per second when given.
  *
  * Latencies are recorded here rather than taken from autocannon's summary: its histogram keeps
  * whole milliseconds, too coarse for a server that answers in a fraction of one.
@@ -97,6 +99,7 @@ export function runHttpLoad(options: HttpLoadOptions): Promise<HttpLoadResult> {
         pipelining: 1,
         duration: options.durationSeconds,
         timeout: 10,
+        ...(options.rate !== undefined && { overallRate: options.rate }),
         requests: [requestOf(options)],
       },
       (error, result) => {

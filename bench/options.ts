@@ -28,6 +28,11 @@ export interface BenchOptions {
   pgbenchSpareConnections: number;
   /** Plants stored before the runs, for the read targets to read. */
   readPlants: number;
+  /**
+   * Requests per second each target is held at (all its connections together); undefined: as
+   * many as it answers. At one rate, CPU per answer compares targets under the same load.
+   */
+  rate: number | undefined;
 }
 
 export class OptionsError extends Error {
@@ -73,6 +78,7 @@ export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
   });
 
   const jobs = get('BENCH_PGBENCH_JOBS', '');
+  const rate = get('BENCH_RATE', '');
   return {
     databaseUrl,
     connections: [...new Set(connections)],
@@ -88,6 +94,7 @@ export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
       0,
     ),
     readPlants: positiveInteger('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
+    rate: rate === '' ? undefined : positiveInteger('BENCH_RATE', rate),
   };
 }
 

@@ -17,6 +17,8 @@ export interface PgbenchOptions {
   clients: number;
   jobs: number;
   durationSeconds: number;
+  /** Transactions per second, all clients together; undefined: as many as it can. */
+  rate?: number | undefined;
   /** A folder of its own for the script and the per-transaction logs. */
   workFolder: string;
   /** Write per-transaction logs for latency percentiles (off for the warm-up). */
@@ -83,6 +85,7 @@ export async function runPgbench(options: PgbenchOptions): Promise<PgbenchResult
     `--client=${options.clients}`,
     `--jobs=${options.jobs}`,
     `--time=${options.durationSeconds}`,
+    ...(options.rate !== undefined ? [`--rate=${options.rate}`] : []),
     `--file=${script}`,
     ...(options.measure ? ['--log', `--log-prefix=${join(options.workFolder, 'log')}`] : []),
     options.databaseUrl,

@@ -445,6 +445,7 @@ async function runHttpTarget(
       connections,
       token: session.token,
       signal: abort.signal,
+      rate: options.rate,
     };
     if (options.warmupSeconds > 0) {
       await runHttpLoad({ ...load, durationSeconds: options.warmupSeconds });
@@ -559,6 +560,7 @@ async function runPgbenchTarget(session: Session, connections: number): Promise<
     jobs,
     workFolder: join(session.work, `pgbench-${connections}`),
     signal: abort.signal,
+    rate: options.rate,
   };
   await checkpoint(session);
   try {
@@ -776,6 +778,7 @@ async function benchmark(options: BenchOptions): Promise<number> {
         'database server': redactUrl(options.databaseUrl),
         'pgbench jobs': options.pgbenchJobs ?? `min(clients, ${availableParallelism()})`,
         'pipelining (autocannon)': 1,
+        'requests per second per target': options.rate ?? 'as many as answered',
         'service environment':
           'DATABASE_URL, API_TOKENS (a fresh token), HOST=127.0.0.1, PORT=0, LOG_LEVEL=info; everything else (DB_POOL_MAX, timeouts, batching) at the service defaults, but for the unbatched targets',
         'plants stored for the read targets': options.readPlants,
