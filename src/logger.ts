@@ -179,13 +179,13 @@ export class RequestLogger implements FastifyBaseLogger {
     return (this.made ?? this.parent).level;
   }
 
+  set level(level: string) {
+    this.logger.level = level;
+  }
+
   /** Whether this request's lines at `level` are written (its level may differ from the app's). */
   isLevelEnabled(level: string): boolean {
     return ((this.made ?? this.parent) as Logger).isLevelEnabled(level);
-  }
-
-  set level(level: string) {
-    this.logger.level = level;
   }
 
   fatal(...args: unknown[]): void {
