@@ -59,7 +59,7 @@ const repository: PlantRepository = {
 const app = await buildApp({
   config,
   logger: createLogger(config.logLevel),
-  repository,
+  plants: () => repository,
   checkReadiness: async () => 'ready',
   metrics: createMetrics(),
 });

@@ -24,25 +24,13 @@ import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
 
 /** The settings of the configuration that shape the HTTP app. */
-export type AppConfig = Pick<
-  Config,
-  | 'apiTokens'
-  | 'bodyLimit'
-  | 'jsonMaxDepth'
-  | 'authFailureLimit'
-  | 'tokenRateLimit'
-  | 'rateLimitWindowMs'
-  | 'trustProxy'
-  | 'httpHeadersTimeoutMs'
-  | 'httpRequestTimeoutMs'
-  | 'httpKeepAliveTimeoutMs'
-  | 'metricsPort'
->;
+export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort'>;
 
 export interface AppOptions {
   config: AppConfig;
   logger: FastifyBaseLogger;
-  repository: PlantRepository;
+  /** The plant store; throws (503) while the service has not opened its database yet. */
+  plants: () => PlantRepository;
   checkReadiness: ReadinessCheck;
   /** True once the process is shutting down: /readyz answers 503, answers close their connection. */
   isStopping?: () => boolean;
@@ -57,22 +45,23 @@ const DOCS_PREFIX = '/docs';
 const sharedSchemas: TSchema[] = [PlantSchema, NewPlantSchema, StoredPlantSchema, ErrorSchema];
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
-  const { config, metrics } = options;
+  const { metrics } = options;
+  const { http, auth } = options.config;
   const app = Fastify({
     loggerInstance: options.logger,
     logController: new RequestLog(options.logger, metrics),
     childLoggerFactory: requestLoggerFactory,
     requestIdHeader: false,
     genReqId: requestIdFor,
-    bodyLimit: config.bodyLimit,
+    bodyLimit: http.bodyLimit,
     // An over-long path id is the route's to refuse (400, out of the int64 range), not a 414.
     routerOptions: { maxParamLength: 16 * 1024 },
-    trustProxy: config.trustProxy,
+    trustProxy: http.trustProxy,
     // Slow clients cannot hold a connection: headers, then the whole request, must arrive in time.
     ...httpServerOptions({
-      headersTimeoutMs: config.httpHeadersTimeoutMs,
-      requestTimeoutMs: config.httpRequestTimeoutMs,
-      keepAliveTimeoutMs: config.httpKeepAliveTimeoutMs,
+      headersTimeoutMs: http.headersTimeoutMs,
+      requestTimeoutMs: http.requestTimeoutMs,
+      keepAliveTimeoutMs: http.keepAliveTimeoutMs,
       logger: options.logger,
     }),
     // Requests that arrive while draining are still served (with Connection: close).
@@ -119,19 +108,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   for (const schema of sharedSchemas) app.addSchema(schema);
   app.setValidatorCompiler(createValidatorCompiler(sharedSchemas));
-  registerJsonBodyParser(app, config.jsonMaxDepth);
+  registerJsonBodyParser(app, http.jsonMaxDepth);
 
   await registerOpenApi(app, DOCS_PREFIX);
   await app.register(healthRoutes, { checkReadiness: options.checkReadiness, isStopping });
-  if (metrics && config.metricsPort === undefined) await app.register(metricsRoute, { metrics });
+  if (metrics && options.config.metricsPort === undefined)
+    await app.register(metricsRoute, { metrics });
+  const { tokens, ...limits } = auth;
   await app.register(plantRoutes, {
-    repository: options.repository,
-    verifyToken: createTokenVerifier(config.apiTokens),
-    limits: {
-      failuresPerAddress: config.authFailureLimit,
-      requestsPerToken: config.tokenRateLimit,
-      windowMs: config.rateLimitWindowMs,
-    },
+    plants: options.plants,
+    verifyToken: createTokenVerifier(tokens),
+    limits,
   });
 
   return app;

@@ -9,8 +9,11 @@ const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 const integer = (minimum: number, maximum: number, fallback: number) =>
   Type.Integer({ minimum, maximum, default: fallback });
 
-/** The environment variables the service reads, with their defaults. */
-const EnvironmentSchema = Type.Object({
+/**
+ * The environment variables the service reads, with their defaults: the one place a setting is
+ * written. `Config` is derived from it by loadConfig, grouped by the code that uses each group.
+ */
+export const EnvironmentSchema = Type.Object({
   PORT: integer(0, 65535, 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
@@ -51,66 +54,6 @@ const EnvironmentSchema = Type.Object({
   WEBHOOK_CONCURRENCY: integer(1, 10_000, 64),
 });
 type Environment = Static<typeof EnvironmentSchema>;
-
-export interface Config {
-  port: number;
-  host: string;
-  /** A PostgreSQL server; without one the service uses the embedded engine in `dataDir`. */
-  databaseUrl: string | undefined;
-  dataDir: string;
-  apiTokens: string[];
-  logLevel: (typeof logLevels)[number];
-  migrateOnStart: boolean;
-  /** DATABASE_URL leads to a connection pooler (PgBouncer in transaction mode and the like). */
-  dbPooler: boolean;
-  dbPoolMax: number;
-  dbConnectTimeoutMs: number;
-  dbStatementTimeoutMs: number;
-  bodyLimit: number;
-  shutdownTimeoutMs: number;
-  /** On SIGTERM, how long /readyz answers 503 while requests are still served, before draining. */
-  shutdownDelayMs: number;
-  jsonMaxDepth: number;
-  /** The most creates one INSERT carries. */
-  writeBatchMax: number;
-  /** INSERTs in flight at once (at most DB_POOL_MAX). */
-  writeConcurrency: number;
-  /** Creates that may wait for an INSERT before the service answers 503. */
-  writeQueueMax: number;
-  /** The most reads by id one SELECT carries. */
-  readBatchMax: number;
-  /** SELECTs of reads by id in flight at once (at most DB_POOL_MAX). */
-  readConcurrency: number;
-  /** Reads by id that may wait for a SELECT before the service answers 503. */
-  readQueueMax: number;
-  /** Failed authentications per client address and window before 429; 0 switches it off. */
-  authFailureLimit: number;
-  /** Requests per token and window before 429; 0 switches it off. */
-  tokenRateLimit: number;
-  rateLimitWindowMs: number;
-  /** Whose X-Forwarded-For to believe: no one, every peer, or these proxy addresses. */
-  trustProxy: boolean | string[];
-  httpHeadersTimeoutMs: number;
-  httpRequestTimeoutMs: number;
-  httpKeepAliveTimeoutMs: number;
-  /** Serve /metrics on this port instead of the main one. */
-  metricsPort: number | undefined;
-  /** The newPlant webhook; undefined when WEBHOOK_URLS is not set. */
-  webhooks: WebhookConfig | undefined;
-}
-
-export interface WebhookConfig {
-  /** The subscribers, each sent every new plant. */
-  urls: string[];
-  /** `whsec_` and the base64 of the signing key. Never logged. */
-  secret: string;
-  /** An attempt's time limit. */
-  timeoutMs: number;
-  /** Seconds to wait after each failed attempt; after the last one, the delivery fails. */
-  retrySchedule: number[];
-  /** Attempts in flight at once, per URL, in one process. */
-  concurrency: number;
-}
 
 /** A configuration problem; the message names the variable. */
 export class ConfigError extends Error {
@@ -271,7 +214,7 @@ function parseRetrySchedule(value: string): number[] {
   return steps.map(Number);
 }
 
-function readWebhooks(environment: Environment): WebhookConfig | undefined {
+function readWebhooks(environment: Environment) {
   const secret =
     environment.WEBHOOK_SECRET === undefined
       ? undefined
@@ -298,7 +241,7 @@ export interface LoadConfigOptions {
   requireTokens?: boolean;
 }
 
-export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}): Config {
+export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}) {
   const environment = readEnvironment(env);
   const apiTokens = readTokens(environment);
   const webhooks = readWebhooks(environment);
@@ -316,33 +259,63 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
   return {
     port: environment.PORT,
     host: environment.HOST,
-    databaseUrl: environment.DATABASE_URL,
-    dataDir: environment.DATA_DIR,
-    apiTokens,
     logLevel: environment.LOG_LEVEL,
-    migrateOnStart: environment.MIGRATE_ON_START,
-    dbPooler: environment.DB_POOLER,
-    dbPoolMax: environment.DB_POOL_MAX,
-    dbConnectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,
-    dbStatementTimeoutMs: environment.DB_STATEMENT_TIMEOUT_MS,
-    bodyLimit: environment.BODY_LIMIT,
-    shutdownTimeoutMs: environment.SHUTDOWN_TIMEOUT_MS,
-    shutdownDelayMs: environment.SHUTDOWN_DELAY_MS,
-    jsonMaxDepth: environment.JSON_MAX_DEPTH,
-    writeBatchMax: environment.WRITE_BATCH_MAX,
-    writeConcurrency: Math.min(environment.WRITE_CONCURRENCY, environment.DB_POOL_MAX),
-    writeQueueMax: environment.WRITE_QUEUE_MAX,
-    readBatchMax: environment.READ_BATCH_MAX,
-    readConcurrency: Math.min(environment.READ_CONCURRENCY, environment.DB_POOL_MAX),
-    readQueueMax: environment.READ_QUEUE_MAX,
-    authFailureLimit: environment.AUTH_FAILURE_LIMIT,
-    tokenRateLimit: environment.TOKEN_RATE_LIMIT,
-    rateLimitWindowMs: environment.RATE_LIMIT_WINDOW_MS,
-    trustProxy: parseTrustProxy(environment.TRUST_PROXY),
-    httpHeadersTimeoutMs: environment.HTTP_HEADERS_TIMEOUT_MS,
-    httpRequestTimeoutMs: environment.HTTP_REQUEST_TIMEOUT_MS,
-    httpKeepAliveTimeoutMs: environment.HTTP_KEEP_ALIVE_TIMEOUT_MS,
+    /** Serve /metrics on this port instead of the main one. */
     metricsPort: environment.METRICS_PORT,
+    shutdown: {
+      /** Grace for in-flight requests once draining starts. */
+      timeoutMs: environment.SHUTDOWN_TIMEOUT_MS,
+      /** On SIGTERM, how long /readyz answers 503 while requests are still served. */
+      delayMs: environment.SHUTDOWN_DELAY_MS,
+    },
+    /** A PostgreSQL server at `url`; without one, the embedded engine in `dataDir`. */
+    database: {
+      url: environment.DATABASE_URL,
+      /** `url` leads to a connection pooler in transaction mode. */
+      pooler: environment.DB_POOLER,
+      dataDir: environment.DATA_DIR,
+      poolMax: environment.DB_POOL_MAX,
+      connectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,
+      statementTimeoutMs: environment.DB_STATEMENT_TIMEOUT_MS,
+      migrateOnStart: environment.MIGRATE_ON_START,
+    },
+    /** Creates: each batch is one INSERT. */
+    writes: {
+      maxBatchSize: environment.WRITE_BATCH_MAX,
+      maxConcurrentBatches: Math.min(environment.WRITE_CONCURRENCY, environment.DB_POOL_MAX),
+      maxQueued: environment.WRITE_QUEUE_MAX,
+    },
+    /** Reads by id: each batch is one SELECT. */
+    reads: {
+      maxBatchSize: environment.READ_BATCH_MAX,
+      maxConcurrentBatches: Math.min(environment.READ_CONCURRENCY, environment.DB_POOL_MAX),
+      maxQueued: environment.READ_QUEUE_MAX,
+    },
+    http: {
+      bodyLimit: environment.BODY_LIMIT,
+      jsonMaxDepth: environment.JSON_MAX_DEPTH,
+      /** Whose X-Forwarded-For to believe: no one, every peer, or these proxy addresses. */
+      trustProxy: parseTrustProxy(environment.TRUST_PROXY),
+      headersTimeoutMs: environment.HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: environment.HTTP_REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: environment.HTTP_KEEP_ALIVE_TIMEOUT_MS,
+    },
+    auth: {
+      /** Tokens, or `sha256:` digests of tokens. Never logged. */
+      tokens: apiTokens,
+      /** Failed authentications per client address and window before 429; 0 switches it off. */
+      failuresPerAddress: environment.AUTH_FAILURE_LIMIT,
+      /** Requests per token and window before 429; 0 switches it off. */
+      requestsPerToken: environment.TOKEN_RATE_LIMIT,
+      windowMs: environment.RATE_LIMIT_WINDOW_MS,
+    },
+    /** The newPlant webhook; undefined when WEBHOOK_URLS is not set. */
     webhooks,
   };
 }
+
+export type Config = ReturnType<typeof loadConfig>;
+export type DatabaseConfig = Config['database'];
+export type HttpConfig = Config['http'];
+export type AuthConfig = Config['auth'];
+export type WebhookConfig = NonNullable<ReturnType<typeof readWebhooks>>;

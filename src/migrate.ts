@@ -8,7 +8,7 @@ try {
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
   try {
-    const database = await openCommandDatabase(config);
+    const database = await openCommandDatabase(config.database);
     try {
       const applied = await database.migrate();
       logger.info({ migrations: applied }, describeMigrations(applied, database.description));

@@ -46,7 +46,7 @@ try {
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
   try {
-    const database = await openCommandDatabase(config);
+    const database = await openCommandDatabase(config.database);
     try {
       const count = await redeliverFailed(database.db, filter, dryRun);
       process.stdout.write(

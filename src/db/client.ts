@@ -1,7 +1,8 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import type { Config } from '../config.js';
+import type { DatabaseConfig } from '../config.js';
+import { describeEmbedded, describeServer } from './describe.js';
 import type * as schema from './schema.js';
 
 /** Drizzle's PostgreSQL API, whichever engine runs underneath. */
@@ -23,32 +24,10 @@ export interface AppDatabase {
   close(): Promise<void>;
 }
 
-export interface DatabaseOptions {
-  /** A PostgreSQL server; when absent, the embedded engine with its data in `dataDir`. */
-  url: string | undefined;
-  /** `url` leads to a connection pooler in transaction mode. */
-  pooler: boolean;
-  dataDir: string;
-  poolMax: number;
-  connectTimeoutMs: number;
-  statementTimeoutMs: number;
+export type DatabaseOptions = Omit<DatabaseConfig, 'migrateOnStart'> & {
   /** Called when an idle server connection breaks (e.g. a database restart). */
   onIdleError: (error: Error) => void;
-}
-
-/** host:port/database of a server's connection string, without user or password. */
-export function describeServer(url: string, pooler = false): string {
-  const { hostname, port, pathname } = new URL(url);
-  const address = `${hostname || 'localhost'}:${port || '5432'}${pathname || '/'}`;
-  return `the PostgreSQL server at ${address}${pooler ? ' (through a pooler)' : ''}`;
-}
-
-/** The embedded engine with its data in `dataDir` (an absolute path), or in memory. */
-export function describeEmbedded(dataDir: string | undefined): string {
-  return dataDir === undefined
-    ? 'the embedded PostgreSQL (PGlite) in memory'
-    : `the embedded PostgreSQL (PGlite) with its data in ${dataDir}`;
-}
+};
 
 /** What openDatabase(options) opens, told before it does: opening can take seconds. */
 export function describeDatabase(options: Pick<DatabaseOptions, 'url' | 'pooler' | 'dataDir'>): {
@@ -87,19 +66,6 @@ export async function openDatabase(options: DatabaseOptions): Promise<AppDatabas
  * The database of a one-shot command (`db:migrate`, `webhooks:redeliver`): one connection, and
  * an idle connection's error is the command's own failure to report, not a process crash.
  */
-export function openCommandDatabase(
-  config: Pick<
-    Config,
-    'databaseUrl' | 'dbPooler' | 'dataDir' | 'dbConnectTimeoutMs' | 'dbStatementTimeoutMs'
-  >,
-): Promise<AppDatabase> {
-  return openDatabase({
-    url: config.databaseUrl,
-    pooler: config.dbPooler,
-    dataDir: config.dataDir,
-    poolMax: 1,
-    connectTimeoutMs: config.dbConnectTimeoutMs,
-    statementTimeoutMs: config.dbStatementTimeoutMs,
-    onIdleError: () => {},
-  });
+export function openCommandDatabase(config: DatabaseConfig): Promise<AppDatabase> {
+  return openDatabase({ ...config, poolMax: 1, onIdleError: () => {} });
 }

@@ -2,7 +2,8 @@ import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } f
 import { join, resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle } from 'drizzle-orm/pglite';
-import { type AppDatabase, describeEmbedded } from './client.js';
+import type { AppDatabase } from './client.js';
+import { describeEmbedded } from './describe.js';
 import { DataDirInUseError } from './errors.js';
 import { applyMigrations } from './migrate.js';
 import * as schema from './schema.js';

@@ -1,6 +1,7 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { type AppDatabase, describeServer } from './client.js';
+import type { AppDatabase } from './client.js';
+import { describeServer } from './describe.js';
 import { applyMigrations } from './migrate.js';
 import * as schema from './schema.js';
 

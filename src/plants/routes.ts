@@ -50,7 +50,8 @@ const commonErrorExamples: OperationExamples['responses'] = {
 };
 
 export interface PlantRoutesOptions {
-  repository: PlantRepository;
+  /** The store; throws while the service is still opening its database. */
+  plants: () => PlantRepository;
   verifyToken: (token: string) => boolean;
   limits: AuthLimits;
 }
@@ -99,7 +100,7 @@ function refuseOtherMethods(app: FastifyInstance, url: string, allowed: string[]
 
 export async function plantRoutes(
   app: FastifyInstance,
-  { repository, verifyToken, limits }: PlantRoutesOptions,
+  { plants, verifyToken, limits }: PlantRoutesOptions,
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -138,7 +139,7 @@ export async function plantRoutes(
     },
     async (request) => {
       const plant = request.body;
-      const result = await repository.createPlant(plant);
+      const result = await plants().createPlant(plant);
       if (result.outcome === 'conflict') {
         throw new HttpError(
           409,
@@ -183,7 +184,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const page = await repository.listPlants({ limit, after, tag });
+      const page = await plants().listPlants({ limit, after, tag });
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
       if (page.lastId !== undefined && page.count === limit && page.lastId < INT64_MAX) {
         reply.header('link', nextPageLink(limit, page.lastId, tag));
@@ -220,7 +221,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { id } = request.params;
-      const plant = await repository.getPlant(id);
+      const plant = await plants().getPlant(id);
       if (!plant) throw new HttpError(404, `no plant has the id ${id}`);
       return reply.type(JSON_TYPE).send(storedPlantJson(plant));
     },
@@ -261,7 +262,7 @@ export async function plantRoutes(
       },
       async (request, reply) => {
         const { id } = request.params;
-        if (!(await repository.deletePlant(id))) {
+        if (!(await plants().deletePlant(id))) {
           throw new HttpError(404, `no plant has the id ${id}`);
         }
         return reply.code(204).send(null);

@@ -1,21 +1,13 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { DestinationStream } from 'pino';
-import { type AppConfig, buildApp } from '../../src/app.js';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import type { AppDatabase } from '../../src/db/client.js';
-import { latestMigrationMillis, schemaStatus } from '../../src/db/migrate.js';
-import { openPostgres } from '../../src/db/postgres.js';
-import { createMetrics, type Metrics } from '../../src/http/metrics.js';
+import type { Metrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/logger.js';
-import {
-  createPlantRepository,
-  type PlantRepository,
-  type RepositoryOptions,
-} from '../../src/plants/repository.js';
-import { createDispatcher, type Dispatcher, leaseMsFor } from '../../src/webhooks/dispatcher.js';
-import { createWebhookMetrics } from '../../src/webhooks/metrics.js';
-import { createOutbox } from '../../src/webhooks/outbox.js';
+import type { PlantRepository, RepositoryOptions } from '../../src/plants/repository.js';
+import { createService, type Service } from '../../src/service.js';
+import type { Dispatcher } from '../../src/webhooks/dispatcher.js';
 import { createScratchDatabase, type ScratchDatabase, testEngine } from './database.js';
 
 /** A token configured as itself. */
@@ -29,6 +21,7 @@ export const TOKEN_ENTRIES = [
 
 export interface TestApp {
   app: FastifyInstance;
+  service: Service;
   database: ScratchDatabase;
   /** The app's handle on the database. */
   appDatabase: AppDatabase;
@@ -41,8 +34,8 @@ export interface TestApp {
 }
 
 export interface TestAppOptions {
-  /** Settings that differ from the production defaults. */
-  config?: Partial<AppConfig>;
+  /** Settings that differ from the production defaults, as the environment gives them. */
+  env?: Record<string, string>;
   /** Apply the migrations to the scratch database first (the default). */
   migrated?: boolean;
   /** A server to use instead of the scratch database (e.g. an unreachable one). */
@@ -56,8 +49,13 @@ export interface TestAppOptions {
   logDestination?: DestinationStream;
 }
 
+/** The configuration of a service given its tokens and `env`: otherwise the production defaults. */
+export function testConfig(env: Record<string, string> = {}) {
+  return loadConfig({ API_TOKENS: TOKEN_ENTRIES.join(','), ...env });
+}
+
 /** The configuration of a service given only its tokens: the production defaults. */
-export const defaultConfig = loadConfig({ API_TOKENS: TOKEN_ENTRIES.join(',') });
+export const defaultConfig = testConfig();
 
 /**
  * The batching of creates and reads by id as the WRITE_* and READ_* settings default it, and
@@ -65,88 +63,51 @@ export const defaultConfig = loadConfig({ API_TOKENS: TOKEN_ENTRIES.join(',') })
  */
 export const batching: RepositoryOptions = {
   textAsBytes: testEngine() === 'pglite',
-  writes: {
-    maxBatchSize: defaultConfig.writeBatchMax,
-    maxConcurrentBatches: defaultConfig.writeConcurrency,
-    maxQueued: defaultConfig.writeQueueMax,
-  },
-  reads: {
-    maxBatchSize: defaultConfig.readBatchMax,
-    maxConcurrentBatches: defaultConfig.readConcurrency,
-    maxQueued: defaultConfig.readQueueMax,
-  },
+  writes: defaultConfig.writes,
+  reads: defaultConfig.reads,
 };
 
-/** The app wired as in production, on a fresh database of its own. */
+/** The service built as in production (createService), on a fresh database of its own. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createScratchDatabase({ migrated: options.migrated ?? true });
-  const appDatabase = options.databaseUrl
-    ? openPostgres({
-        url: options.databaseUrl,
-        pooler: false,
-        poolMax: 10,
-        connectTimeoutMs: 2000,
-        statementTimeoutMs: 5000,
-        onIdleError: () => {},
-      })
-    : database.open();
   const logs: string[] = [];
   const logger = createLogger(
     'info',
     options.logDestination ?? { write: (line: string) => logs.push(line) },
   );
-  const latestMillis = latestMigrationMillis();
-  let repository: PlantRepository | undefined;
-  const idle = { queued: 0, inFlight: 0 };
-  const metrics = createMetrics({
-    pool: appDatabase.poolStats,
-    writes: () => repository?.stats().writes ?? idle,
-    reads: () => repository?.stats().reads ?? idle,
+  const config = testConfig({
+    // The scratch database is migrated (or not) as the test asks.
+    MIGRATE_ON_START: 'false',
+    // Closing does not wait for webhook attempts in flight.
+    SHUTDOWN_TIMEOUT_MS: '0',
+    ...(options.databaseUrl && {
+      DATABASE_URL: options.databaseUrl,
+      DB_CONNECT_TIMEOUT_MS: '2000',
+    }),
+    ...options.env,
   });
-  const { webhooks } = options;
-  let dispatcher: Dispatcher | undefined;
-  const outbox = webhooks && { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) };
-  repository = options.repository
-    ? options.repository(appDatabase)
-    : createPlantRepository(appDatabase.db, {
-        textAsBytes: batching.textAsBytes,
-        writes: { ...batching.writes, onBatch: (size) => metrics.observeBatch(size) },
-        reads: { ...batching.reads, onBatch: (size) => metrics.observeReadBatch(size) },
-        ...(outbox && {
-          outbox,
-          onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
-        }),
-      });
-  if (webhooks && outbox) {
-    const statements = createOutbox(appDatabase.db, outbox);
-    dispatcher = createDispatcher({
-      db: appDatabase.db,
-      config: webhooks,
+  const service = await createService(
+    { ...config, webhooks: options.webhooks },
+    {
       logger,
-      outbox: statements,
-      metrics: createWebhookMetrics(metrics.registry, () => statements.stats()),
-    });
-    dispatcher.start();
-  }
-  const app = await buildApp({
-    config: { ...defaultConfig, ...options.config },
-    logger,
-    repository,
-    checkReadiness: () => schemaStatus(appDatabase.db, latestMillis),
-    ...(options.isStopping && { isStopping: options.isStopping }),
-    metrics,
-  });
+      ...(!options.databaseUrl && { database: database.open() }),
+      ...(options.repository && { repository: options.repository }),
+      ...(options.isStopping && { isStopping: options.isStopping }),
+    },
+  );
+  await service.open();
+  const appDatabase = service.database;
+  if (!appDatabase) throw new Error('the service did not open its database');
   return {
-    app,
+    app: service.app,
+    service,
     database,
     appDatabase,
-    metrics,
+    metrics: service.metrics,
     logs,
-    dispatcher,
+    dispatcher: service.dispatcher,
     async close() {
-      await app.close();
-      await dispatcher?.stop(0);
-      await appDatabase.close();
+      await service.close();
       await database.drop();
     },
   };

@@ -7,7 +7,7 @@ const from = (remoteAddress: string) => ({ remoteAddress });
 describe('failed authentication is throttled per client address', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp({ config: { authFailureLimit: 3, rateLimitWindowMs: 60_000 } });
+    t = await startTestApp({ env: { AUTH_FAILURE_LIMIT: '3', RATE_LIMIT_WINDOW_MS: '60000' } });
   });
   afterAll(() => t.close());
 
@@ -59,7 +59,7 @@ describe('failed authentication is throttled per client address', () => {
 describe('behind a trusted proxy', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp({ config: { authFailureLimit: 2, trustProxy: ['127.0.0.1'] } });
+    t = await startTestApp({ env: { AUTH_FAILURE_LIMIT: '2', TRUST_PROXY: '127.0.0.1' } });
   });
   afterAll(() => t.close());
 
@@ -96,7 +96,7 @@ describe('authenticated traffic', () => {
   });
 
   it('is throttled per token when TOKEN_RATE_LIMIT is set', async () => {
-    const t = await startTestApp({ config: { tokenRateLimit: 5 } });
+    const t = await startTestApp({ env: { TOKEN_RATE_LIMIT: '5' } });
     try {
       const statuses = [];
       for (let i = 0; i < 7; i++)
@@ -117,7 +117,7 @@ describe('authenticated traffic', () => {
 
 describe('the per-token limit', () => {
   it('counts a token once, however the header spells the scheme word and the spaces', async () => {
-    const t = await startTestApp({ config: { tokenRateLimit: 5 } });
+    const t = await startTestApp({ env: { TOKEN_RATE_LIMIT: '5' } });
     try {
       const spellings = [
         'Bearer',
@@ -175,7 +175,9 @@ describe('security headers', () => {
 describe('server timeouts', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp({ config: { httpHeadersTimeoutMs: 1000, httpRequestTimeoutMs: 2000 } });
+    t = await startTestApp({
+      env: { HTTP_HEADERS_TIMEOUT_MS: '1000', HTTP_REQUEST_TIMEOUT_MS: '2000' },
+    });
     await t.app.listen({ port: 0, host: '127.0.0.1' });
   });
   afterAll(() => t.close());

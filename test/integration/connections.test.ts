@@ -17,7 +17,10 @@ let t: TestApp;
 let port: number;
 beforeAll(async () => {
   t = await startTestApp({
-    config: { httpHeadersTimeoutMs: 1000, httpRequestTimeoutMs: REQUEST_TIMEOUT_MS },
+    env: {
+      HTTP_HEADERS_TIMEOUT_MS: '1000',
+      HTTP_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+    },
   });
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   port = (t.app.server.address() as AddressInfo).port;

@@ -71,7 +71,9 @@ const SELECT_ROWS = `select id::text as id,
 let readRows: (ids?: bigint[]) => Promise<Map<bigint, StoredPlant>>;
 
 beforeAll(async () => {
-  t = await startTestApp({ config: { bodyLimit: BODY_LIMIT, jsonMaxDepth: JSON_MAX_DEPTH } });
+  t = await startTestApp({
+    env: { BODY_LIMIT: String(BODY_LIMIT), JSON_MAX_DEPTH: String(JSON_MAX_DEPTH) },
+  });
   type Row = { id: string; name: string; tag: string | null };
   let query: (text: string, values: unknown[]) => Promise<Row[]>;
   if (t.database.url) {

@@ -4,7 +4,7 @@ import { postPlant, startTestApp, storedPlant, type TestApp } from '../helpers/a
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp({ config: { bodyLimit: 1024 } });
+  t = await startTestApp({ env: { BODY_LIMIT: '1024' } });
 });
 afterAll(() => t.close());
 

@@ -85,7 +85,7 @@ describe('GET /metrics', () => {
 
 describe('with METRICS_PORT set', () => {
   it('does not serve /metrics on the main port', async () => {
-    const other = await startTestApp({ config: { metricsPort: 9464 } });
+    const other = await startTestApp({ env: { METRICS_PORT: '9464' } });
     try {
       const response = await other.app.inject({ method: 'GET', url: '/metrics' });
       expect(response.statusCode).toBe(404);

@@ -88,7 +88,7 @@ describe('the README', () => {
   let origin: string;
 
   beforeAll(async () => {
-    t = await startTestApp({ config: { apiTokens: [README_TOKEN] } });
+    t = await startTestApp({ env: { API_TOKENS: README_TOKEN } });
     await t.app.listen({ port: 0, host: '127.0.0.1' });
     origin = `http://127.0.0.1:${(t.app.server.address() as { port: number }).port}`;
   });

@@ -72,7 +72,7 @@ function shutdownOf(service: ComposeService | undefined) {
 describe('the compose app service', () => {
   it('gives the service its shutdown delay and grace period before Compose kills it', () => {
     const app = readCompose().services.app;
-    const { shutdownDelayMs, shutdownTimeoutMs } = shutdownOf(app);
+    const { delayMs: shutdownDelayMs, timeoutMs: shutdownTimeoutMs } = shutdownOf(app).shutdown;
     expect(durationMs(app?.stop_grace_period ?? '10s')).toBeGreaterThan(
       shutdownDelayMs + shutdownTimeoutMs,
     );
@@ -110,7 +110,9 @@ describe('deploy/compose.scale.yml', () => {
   });
 
   it('gives each replica its shutdown delay and grace period before Compose kills it', () => {
-    const { shutdownDelayMs, shutdownTimeoutMs } = shutdownOf(services.app);
+    const { delayMs: shutdownDelayMs, timeoutMs: shutdownTimeoutMs } = shutdownOf(
+      services.app,
+    ).shutdown;
     expect(durationMs(services.app?.stop_grace_period ?? '10s')).toBeGreaterThan(
       shutdownDelayMs + shutdownTimeoutMs,
     );
@@ -122,6 +124,6 @@ describe('deploy/compose.scale.yml', () => {
     expect(checks).not.toBeNull();
     const [, every = '', unit, fall = ''] = checks as RegExpExecArray;
     const noticeMs = Number(every) * (unit === 's' ? 1000 : 1) * Number(fall);
-    expect(noticeMs).toBeLessThan(shutdownOf(services.app).shutdownDelayMs);
+    expect(noticeMs).toBeLessThan(shutdownOf(services.app).shutdown.delayMs);
   });
 });

@@ -12,34 +12,35 @@ describe('loadConfig', () => {
     expect(loadConfig(base)).toEqual({
       port: 3000,
       host: '0.0.0.0',
-      databaseUrl: 'postgres://u@db:5432/plants',
-      dataDir: '.data',
-      apiTokens: ['secret-token'],
       logLevel: 'info',
-      migrateOnStart: true,
-      dbPooler: false,
-      dbPoolMax: 10,
-      dbConnectTimeoutMs: 5000,
-      dbStatementTimeoutMs: 5000,
-      bodyLimit: 65536,
-      shutdownTimeoutMs: 10000,
-      shutdownDelayMs: 5000,
-      jsonMaxDepth: 32,
-      writeBatchMax: 500,
-      writeConcurrency: 1,
-      writeQueueMax: 10000,
-      readBatchMax: 500,
-      readConcurrency: 4,
-      readQueueMax: 10000,
-      authFailureLimit: 30,
-      tokenRateLimit: 0,
-      rateLimitWindowMs: 60000,
-      trustProxy: false,
-      httpHeadersTimeoutMs: 10000,
-      httpRequestTimeoutMs: 30000,
-      httpKeepAliveTimeoutMs: 72000,
-      webhooks: undefined,
       metricsPort: undefined,
+      shutdown: { timeoutMs: 10000, delayMs: 5000 },
+      database: {
+        url: 'postgres://u@db:5432/plants',
+        pooler: false,
+        dataDir: '.data',
+        poolMax: 10,
+        connectTimeoutMs: 5000,
+        statementTimeoutMs: 5000,
+        migrateOnStart: true,
+      },
+      writes: { maxBatchSize: 500, maxConcurrentBatches: 1, maxQueued: 10000 },
+      reads: { maxBatchSize: 500, maxConcurrentBatches: 4, maxQueued: 10000 },
+      http: {
+        bodyLimit: 65536,
+        jsonMaxDepth: 32,
+        trustProxy: false,
+        headersTimeoutMs: 10000,
+        requestTimeoutMs: 30000,
+        keepAliveTimeoutMs: 72000,
+      },
+      auth: {
+        tokens: ['secret-token'],
+        failuresPerAddress: 30,
+        requestsPerToken: 0,
+        windowMs: 60000,
+      },
+      webhooks: undefined,
     });
   });
 
@@ -60,12 +61,9 @@ describe('loadConfig', () => {
       port: 8080,
       host: '127.0.0.1',
       logLevel: 'warn',
-      migrateOnStart: false,
-      dbPooler: true,
-      dbPoolMax: 20,
-      bodyLimit: 1024,
-      shutdownTimeoutMs: 500,
-      shutdownDelayMs: 0,
+      database: { migrateOnStart: false, pooler: true, poolMax: 20 },
+      http: { bodyLimit: 1024 },
+      shutdown: { timeoutMs: 500, delayMs: 0 },
     });
   });
 
@@ -99,21 +97,21 @@ describe('loadConfig', () => {
   });
 
   it('caps WRITE_CONCURRENCY at DB_POOL_MAX', () => {
-    expect(loadConfig({ ...base, DB_POOL_MAX: '2', WRITE_CONCURRENCY: '8' }).writeConcurrency).toBe(
-      2,
-    );
+    expect(
+      loadConfig({ ...base, DB_POOL_MAX: '2', WRITE_CONCURRENCY: '8' }).writes.maxConcurrentBatches,
+    ).toBe(2);
   });
 
   it('caps READ_CONCURRENCY at DB_POOL_MAX', () => {
-    expect(loadConfig({ ...base, DB_POOL_MAX: '3', READ_CONCURRENCY: '8' }).readConcurrency).toBe(
-      3,
-    );
+    expect(
+      loadConfig({ ...base, DB_POOL_MAX: '3', READ_CONCURRENCY: '8' }).reads.maxConcurrentBatches,
+    ).toBe(3);
   });
 
   it('reads the batching of reads by id', () => {
     expect(
       loadConfig({ ...base, READ_BATCH_MAX: '1', READ_CONCURRENCY: '2', READ_QUEUE_MAX: '50' }),
-    ).toMatchObject({ readBatchMax: 1, readConcurrency: 2, readQueueMax: 50 });
+    ).toMatchObject({ reads: { maxBatchSize: 1, maxConcurrentBatches: 2, maxQueued: 50 } });
   });
 
   it.each([
@@ -122,7 +120,7 @@ describe('loadConfig', () => {
     ['10.0.0.1', ['10.0.0.1']],
     ['10.0.0.0/8, 192.168.1.1,::1,fd00::/8', ['10.0.0.0/8', '192.168.1.1', '::1', 'fd00::/8']],
   ])('reads TRUST_PROXY=%j', (value, expected) => {
-    expect(loadConfig({ ...base, TRUST_PROXY: value }).trustProxy).toStrictEqual(expected);
+    expect(loadConfig({ ...base, TRUST_PROXY: value }).http.trustProxy).toStrictEqual(expected);
   });
 
   it.each(['2', 'yes', '10.0.0.0/33', 'proxy.example', '10.0.0.1/8/1'])(
@@ -155,12 +153,12 @@ describe('loadConfig', () => {
 
   it('lets the migration command run without a token', () => {
     expect(
-      loadConfig({ DATABASE_URL: base.DATABASE_URL }, { requireTokens: false }).apiTokens,
+      loadConfig({ DATABASE_URL: base.DATABASE_URL }, { requireTokens: false }).auth.tokens,
     ).toEqual([]);
   });
 
   it('splits API_TOKENS on commas and accepts sha256 digests', () => {
-    expect(loadConfig({ API_TOKENS: ` one , two,${digest}` }).apiTokens).toEqual([
+    expect(loadConfig({ API_TOKENS: ` one , two,${digest}` }).auth.tokens).toEqual([
       'one',
       'two',
       digest,
@@ -177,7 +175,7 @@ describe('loadConfig', () => {
   it('reads API_TOKENS_FILE one token per line, skipping blanks and comments', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'plant-store-')), 'tokens');
     writeFileSync(file, `# rotated 2026-11\nfile-token\r\n\n${digest}\n`);
-    expect(loadConfig({ API_TOKENS: 'env-token', API_TOKENS_FILE: file }).apiTokens).toEqual([
+    expect(loadConfig({ API_TOKENS: 'env-token', API_TOKENS_FILE: file }).auth.tokens).toEqual([
       'env-token',
       'file-token',
       digest,

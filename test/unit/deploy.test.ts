@@ -197,7 +197,7 @@ describe('the Deployment', () => {
 
   it('lets the service report not ready, then finish in-flight requests, before the kubelet kills the pod', () => {
     const grace = podTemplate('Deployment').spec.terminationGracePeriodSeconds;
-    const { shutdownDelayMs, shutdownTimeoutMs } = deploymentConfig();
+    const { delayMs: shutdownDelayMs, timeoutMs: shutdownTimeoutMs } = deploymentConfig().shutdown;
     expect(grace).toBeDefined();
     expect((grace ?? 0) * 1000).toBeGreaterThan(shutdownDelayMs + shutdownTimeoutMs);
   });
@@ -207,8 +207,8 @@ describe('the Deployment', () => {
     // Kubernetes' defaults: every 10 s, 3 failures.
     const noticeMs =
       (readinessProbe?.periodSeconds ?? 10) * (readinessProbe?.failureThreshold ?? 3) * 1000;
-    expect(deploymentConfig().shutdownDelayMs).toBeGreaterThan(0);
-    expect(noticeMs).toBeLessThanOrEqual(deploymentConfig().shutdownDelayMs);
+    expect(deploymentConfig().shutdown.delayMs).toBeGreaterThan(0);
+    expect(noticeMs).toBeLessThanOrEqual(deploymentConfig().shutdown.delayMs);
   });
 
   it('runs two replicas', () => {

@@ -1,0 +1,210 @@
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { buildApp } from './app.js';
+import type { Config } from './config.js';
+import { type AppDatabase, describeDatabase, openDatabase } from './db/client.js';
+import { isDatabaseUnavailable } from './db/errors.js';
+import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
+import { HttpError } from './http/errors.js';
+import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.js';
+import { createLogger } from './logger.js';
+import { createPlantRepository, type PlantRepository } from './plants/repository.js';
+import { startTracing } from './tracing/start.js';
+import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
+import { createWebhookMetrics } from './webhooks/metrics.js';
+import { createOutbox } from './webhooks/outbox.js';
+
+export interface ServiceDeps {
+  /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */
+  logger?: FastifyBaseLogger;
+  /** The database to use instead of opening the one `config.database` names (tests). */
+  database?: AppDatabase;
+  /** Replaces the repository made over the database (tests that inject faults). */
+  repository?: (database: AppDatabase) => PlantRepository;
+  /** The environment that may ask for traces (OTEL_*); none when absent. */
+  env?: NodeJS.ProcessEnv;
+  /** True when the service should act as shutting down before close() is called (tests). */
+  isStopping?: () => boolean;
+}
+
+export interface Service {
+  /** The HTTP app: it answers at once, 503 "starting" on the API until open() has resolved. */
+  app: FastifyInstance;
+  logger: FastifyBaseLogger;
+  metrics: Metrics;
+  /** Listens on `config.port` (and `config.metricsPort`, when set). */
+  listen(): Promise<void>;
+  /** Opens the database (waiting while it is unreachable), migrates it, starts the webhook. */
+  open(): Promise<void>;
+  /**
+   * Reports not ready at once, keeps serving for `notReadyMs`, then stops accepting, finishes
+   * in-flight work and closes every resource, in order. Safe to call more than once.
+   */
+  close(options?: { notReadyMs?: number }): Promise<void>;
+  /** The database once open() has it: for tests and one-off checks. */
+  readonly database: AppDatabase | undefined;
+  readonly dispatcher: Dispatcher | undefined;
+}
+
+// Node's default (511) drops connections when thousands arrive at once; the kernel caps it at
+// net.core.somaxconn.
+const LISTEN_BACKLOG = 4096;
+
+const idle = { queued: 0, inFlight: 0 };
+
+const starting = () =>
+  new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
+
+/** The one place the service is assembled: every part is made here, and closed here. */
+export async function createService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
+  const logger = deps.logger ?? createLogger(config.logLevel);
+  let database = deps.database;
+  let repository: PlantRepository | undefined;
+  let dispatcher: Dispatcher | undefined;
+  let metricsServer: FastifyInstance | undefined;
+  let stopping = false;
+  let closing: Promise<void> | undefined;
+
+  const tracing = await startTracing(deps.env ?? {}, { databaseUrl: config.database.url });
+  if (tracing) {
+    logger.info({ endpoint: tracing.endpoint }, `tracing: exporting spans to ${tracing.endpoint}`);
+  }
+  const metrics = createMetrics({
+    pool:
+      config.database.url === undefined && deps.database?.poolStats === undefined
+        ? undefined
+        : () => database?.poolStats?.() ?? { total: 0, idle: 0, waiting: 0 },
+    writes: () => repository?.stats().writes ?? idle,
+    reads: () => repository?.stats().reads ?? idle,
+  });
+  const latestMillis = latestMigrationMillis();
+  const app = await buildApp({
+    config,
+    logger,
+    plants: () => {
+      if (repository === undefined) throw starting();
+      return repository;
+    },
+    checkReadiness: async () =>
+      database && repository ? schemaStatus(database.db, latestMillis) : 'starting',
+    isStopping: deps.isStopping ? () => stopping || deps.isStopping?.() === true : () => stopping,
+    metrics,
+    tracing,
+  });
+
+  /** Retries `attempt` while the database is unreachable (it may still be starting). */
+  async function whenDatabaseAnswers<T>(what: string, attempt: () => Promise<T>): Promise<T> {
+    for (let delay = 250; ; delay = Math.min(delay * 2, 5000)) {
+      try {
+        return await attempt();
+      } catch (error) {
+        if (!isDatabaseUnavailable(error) || stopping) throw error;
+        const cause = error instanceof Error ? error.message : String(error);
+        logger.warn(
+          { cause, retryInMs: delay },
+          `${what}: the database is not reachable yet (${cause}); retrying in ${delay} ms`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+  }
+
+  async function openDatabaseOnce(): Promise<AppDatabase> {
+    if (database) return database;
+    const { engine, description, creating } = describeDatabase(config.database);
+    logger.info(
+      { engine },
+      engine === 'pglite'
+        ? `${creating ? 'creating' : 'opening'} ${description}${creating ? ' (a new database takes a few seconds)' : ''}: for trying things out, local runs and tests; set DATABASE_URL to use a PostgreSQL server`
+        : `using ${description}`,
+    );
+    database = await openDatabase({
+      ...config.database,
+      onIdleError: (error) => logger.warn({ err: error }, 'an idle database connection failed'),
+    });
+    return database;
+  }
+
+  async function open(): Promise<void> {
+    const db = await openDatabaseOnce();
+    if (config.database.migrateOnStart) {
+      const applied = await whenDatabaseAnswers('migrating', () => db.migrate());
+      logger.info({ migrations: applied }, describeMigrations(applied, 'the database'));
+    }
+    if (stopping) return;
+    const webhooks = config.webhooks;
+    const outbox = webhooks && { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) };
+    repository = deps.repository
+      ? deps.repository(db)
+      : createPlantRepository(db.db, {
+          textAsBytes: db.engine === 'pglite',
+          tracing,
+          ...(outbox && {
+            outbox,
+            onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
+          }),
+          writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
+          reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
+        });
+    if (webhooks && outbox) {
+      const statements = createOutbox(db.db, outbox);
+      dispatcher = createDispatcher({
+        db: db.db,
+        config: webhooks,
+        logger,
+        outbox: statements,
+        metrics: createWebhookMetrics(metrics.registry, () => statements.stats()),
+        tracing,
+      });
+      dispatcher.start();
+    }
+  }
+
+  async function listen(): Promise<void> {
+    if (stopping) return;
+    await app.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
+    if (config.metricsPort !== undefined && !stopping) {
+      metricsServer = await startMetricsServer(metrics, {
+        port: config.metricsPort,
+        host: config.host,
+        logger,
+      });
+    }
+  }
+
+  async function shutDown(notReadyMs: number): Promise<void> {
+    stopping = true;
+    // Orchestrators stop with SIGTERM: serve on, not ready, until the load balancer has noticed.
+    if (notReadyMs > 0 && app.server.listening) {
+      logger.info({ delayMs: notReadyMs }, 'shutting down: not ready, serving');
+      await new Promise((resolve) => setTimeout(resolve, notReadyMs));
+    }
+    logger.info('shutting down: finishing in-flight requests');
+    // Each step waits for the one before it: requests first, then the work they started.
+    await app.close();
+    await metricsServer?.close();
+    await repository?.drain();
+    // Attempts in flight get half the grace period; the rest are given back to other replicas.
+    await dispatcher?.stop(config.shutdown.timeoutMs / 2);
+    await database?.close();
+    // The spans of the last requests and deliveries, still buffered.
+    await tracing?.shutdown();
+  }
+
+  return {
+    app,
+    logger,
+    metrics,
+    listen,
+    open,
+    close: (options = {}) => {
+      closing ??= shutDown(options.notReadyMs ?? 0);
+      return closing;
+    },
+    get database() {
+      return database;
+    },
+    get dispatcher() {
+      return dispatcher;
+    },
+  };
+}
