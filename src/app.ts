@@ -22,6 +22,7 @@ import { requestLoggerFactory } from './logger.js';
 import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
+import { webhooksDocument } from './webhooks/openapi.js';
 
 /** The settings of the configuration that shape the HTTP app. */
 export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort'>;
@@ -110,7 +111,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setValidatorCompiler(createValidatorCompiler(sharedSchemas));
   registerJsonBodyParser(app, http.jsonMaxDepth);
 
-  await registerOpenApi(app, DOCS_PREFIX);
+  await registerOpenApi(app, { docsPrefix: DOCS_PREFIX, webhooks: webhooksDocument });
   await app.register(healthRoutes, { checkReadiness: options.checkReadiness, isStopping });
   if (metrics && options.config.metricsPort === undefined)
     await app.register(metricsRoute, { metrics });

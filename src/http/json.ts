@@ -1,8 +1,7 @@
 import type { FastifyInstance } from 'fastify';
+import { INT64_MAX, INT64_MIN } from '../kinds.js';
 import { HttpError } from './errors.js';
 
-const INT64_MIN = -(2n ** 63n);
-const INT64_MAX = 2n ** 63n - 1n;
 // 2^63 has 19 digits, so any integer with more significant digits is out of range.
 const INT64_MAX_DIGITS = 19;
 

@@ -1,7 +1,6 @@
-import swagger from '@fastify/swagger';
+import swagger, { type OpenAPIV3_2 } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
-import { webhooksDocument } from '../webhooks/openapi.js';
 
 /** An OpenAPI Example Object: a body as the service accepts or sends it. */
 export interface Example {
@@ -96,9 +95,13 @@ export const DOCS_CSP = [
 /**
  * Generates the OpenAPI 3.1 document from the route schemas (the same TypeBox schemas that
  * validate requests), serves it at /openapi.json and an interactive reference at /docs.
- * Must be registered before the routes it documents.
+ * Must be registered before the routes it documents. `webhooks` is the document's `webhooks`
+ * member: the requests the service sends, which no route describes.
  */
-export async function registerOpenApi(app: FastifyInstance, docsPrefix: string): Promise<void> {
+export async function registerOpenApi(
+  app: FastifyInstance,
+  { docsPrefix, webhooks }: { docsPrefix: string; webhooks: OpenAPIV3_2.Document['webhooks'] },
+): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -113,7 +116,7 @@ export async function registerOpenApi(app: FastifyInstance, docsPrefix: string):
         securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } },
       },
       security: [{ bearerAuth: [] }],
-      webhooks: webhooksDocument,
+      webhooks,
       tags: [
         { name: 'plants', description: 'The plant store' },
         { name: 'operations', description: 'Probes for orchestrators' },

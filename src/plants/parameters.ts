@@ -1,8 +1,6 @@
 import { HttpError } from '../http/errors.js';
+import { INT64_MAX, INT64_MIN } from '../kinds.js';
 import { PAGE_LIMIT_MAX, type PageQuery } from './schemas.js';
-
-const INT64_MIN = -(2n ** 63n);
-export const INT64_MAX = 2n ** 63n - 1n;
 
 // 0, or digits without a leading zero after an optional minus: one spelling for each integer.
 const canonicalInteger = /^(?:0|-?[1-9][0-9]*)$/;

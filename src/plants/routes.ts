@@ -5,7 +5,8 @@ import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import type { OperationExamples } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
-import { INT64_MAX, parseInt64, parsePageQuery } from './parameters.js';
+import { INT64_MAX } from '../kinds.js';
+import { parseInt64, parsePageQuery } from './parameters.js';
 import type { PlantRepository } from './repository.js';
 import {
   plantErrorExamples as errors,

@@ -1,5 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { Int64, Text } from '../http/validation.js';
+import { Int64, Text } from '../kinds.js';
 
 export const NAME_MAX_LENGTH = 256;
 export const TAG_MAX_LENGTH = 256;
