@@ -11,6 +11,16 @@ import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSyn
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// Every script runs this first, so an unsupported Node.js is named here, before anything fails
+// in a way that does not say why (npm does not enforce package.json's engines field).
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 22 || (major === 22 && minor < 15)) {
+  process.stderr.write(
+    `plant-store needs Node.js 22.15 or later (24 recommended); this is Node.js ${process.version}.\n`,
+  );
+  process.exit(1);
+}
+
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const dist = join(root, 'dist');
 const manifestFile = join(dist, '.build-inputs.json');

@@ -54,6 +54,17 @@ const idle = { queued: 0, inFlight: 0 };
 const starting = () =>
   new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
 
+/** Whether the newPlant webhook is on, and to whom: origins and paths, never query strings. */
+function describeWebhooks(webhooks: Config['webhooks']): string {
+  if (!webhooks) return 'webhooks: off (set WEBHOOK_URLS and WEBHOOK_SECRET to send new plants)';
+  const receivers = webhooks.urls.map((url) => {
+    const { origin, pathname } = new URL(url);
+    return `${origin}${pathname}`;
+  });
+  const count = receivers.length === 1 ? '1 subscriber' : `${receivers.length} subscribers`;
+  return `webhooks: on, sending each new plant to ${count}: ${receivers.join(', ')}`;
+}
+
 /** The one place the service is assembled: every part is made here, and closed here. */
 export async function createService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
   const logger = deps.logger ?? createLogger(config.logLevel);
@@ -157,6 +168,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       });
       dispatcher.start();
     }
+    logger.info({ webhookSubscribers: webhooks?.urls.length ?? 0 }, describeWebhooks(webhooks));
   }
 
   async function listen(): Promise<void> {

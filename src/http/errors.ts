@@ -39,8 +39,11 @@ const fastifyMessages: Record<string, string> = {
   FST_ERR_MAX_PARAM_LENGTH: 'the request URL is too long',
 };
 
-/** Turns any thrown value into the status, message and headers the client receives. */
-export function toHttpError(error: unknown): HttpError {
+/**
+ * Turns any thrown value into the status, message and headers the client receives; `bodyLimit`
+ * is the request's body limit in bytes, named by a 413.
+ */
+export function toHttpError(error: unknown, bodyLimit?: number): HttpError {
   if (error instanceof HttpError) return error;
   if (error instanceof QueueFullError) {
     return new HttpError(
@@ -63,6 +66,9 @@ export function toHttpError(error: unknown): HttpError {
   if (code === 'FST_ERR_VALIDATION' && message) {
     return new HttpError(400, message);
   }
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE' && bodyLimit !== undefined) {
+    return new HttpError(413, `the request body is larger than the limit of ${bodyLimit} bytes`);
+  }
   if (typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500) {
     const known = code === undefined ? undefined : fastifyMessages[code];
     const generic = `${STATUS_CODES[statusCode] ?? 'client error'}`.toLowerCase();
@@ -72,7 +78,7 @@ export function toHttpError(error: unknown): HttpError {
 }
 
 export function errorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
-  const httpError = toHttpError(error);
+  const httpError = toHttpError(error, request.routeOptions.bodyLimit);
   if (httpError.statusCode === 500) {
     request.log.error({ err: error }, 'request failed');
   } else if (httpError.cause !== undefined) {

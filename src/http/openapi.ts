@@ -109,7 +109,7 @@ export async function registerOpenApi(
         title: 'Plant Store',
         version: '1.0.0',
         description:
-          'Creates, reads, lists and deletes the plants of a store. Ids are int64, chosen by the client and stored exactly, so a create can be retried safely. Every non-2xx response has the Error body.',
+          'Creates, reads, lists and deletes the plants of a store. Ids are int64, chosen by the client and stored exactly, so a create can be retried safely. Every non-2xx response has the Error body. This document is served at [/openapi.json](/openapi.json).',
         license: { name: 'MIT', identifier: 'MIT' },
       },
       components: {
@@ -140,7 +140,16 @@ export async function registerOpenApi(
     // Without the top bar: its logo is an SVG with an inline <style>, which DOCS_CSP refuses,
     // and its box loads any other document into the page.
     uiConfig: { layout: 'BaseLayout' },
-    theme: { title: 'Plant Store API reference' },
+    theme: {
+      title: 'Plant Store API reference',
+      // The page's own link to its copy of the document; the description links /openapi.json.
+      css: [
+        {
+          filename: 'plant-store.css',
+          content: '.swagger-ui .info hgroup.main > a { display: none; }',
+        },
+      ],
+    },
     staticCSP: DOCS_CSP,
   });
 }

@@ -1,6 +1,6 @@
 import { HttpError } from '../http/errors.js';
 import { INT64_MAX, INT64_MIN } from '../kinds.js';
-import { PAGE_LIMIT_MAX, type PageQuery } from './schemas.js';
+import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, type PageQuery } from './schemas.js';
 
 // 0, or digits without a leading zero after an optional minus: one spelling for each integer.
 const canonicalInteger = /^(?:0|-?[1-9][0-9]*)$/;
@@ -21,12 +21,14 @@ export function parseInt64(text: string, where: string): bigint {
 }
 
 function parseLimit(text: string): number {
-  const where = 'querystring/limit';
-  const limit = parseInt64(text, where);
-  if (limit < 1n || limit > BigInt(PAGE_LIMIT_MAX)) {
-    throw new HttpError(400, `${where} must be an integer from 1 to ${PAGE_LIMIT_MAX}`);
+  const limit = canonicalInteger.test(text) ? Number(text) : Number.NaN;
+  if (!(limit >= 1 && limit <= PAGE_LIMIT_MAX)) {
+    throw new HttpError(
+      400,
+      `querystring/limit must be an integer from 1 to ${PAGE_LIMIT_MAX}, such as ${PAGE_LIMIT_DEFAULT}`,
+    );
   }
-  return Number(limit);
+  return limit;
 }
 
 /** A query component decoded as a form would encode it ('+' is a space); undefined if malformed. */

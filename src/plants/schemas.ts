@@ -139,7 +139,11 @@ export const plantErrorExamples = {
     ),
   },
   invalidPage: {
-    limit: errorExample(400, 'querystring/limit must be an integer from 1 to 1000', 'limit=0'),
+    limit: errorExample(
+      400,
+      'querystring/limit must be an integer from 1 to 1000, such as 100',
+      'limit=0',
+    ),
     repeated: errorExample(
       400,
       'querystring/after must not be given more than once',
@@ -172,7 +176,11 @@ export const plantErrorExamples = {
     ),
   },
   tooLarge: {
-    body: errorExample(413, 'the request body is larger than the limit', 'A body over BODY_LIMIT'),
+    body: errorExample(
+      413,
+      'the request body is larger than the limit of 65536 bytes',
+      'A body over BODY_LIMIT (65536 bytes by default)',
+    ),
   },
   notJson: {
     contentType: errorExample(

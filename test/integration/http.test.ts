@@ -71,7 +71,7 @@ describe('body size', () => {
     expect(response.statusCode).toBe(413);
     expect(response.json()).toStrictEqual({
       error: 413,
-      message: 'the request body is larger than the limit',
+      message: 'the request body is larger than the limit of 1024 bytes',
     });
     expect(await storedPlant(t.database, 3000)).toBeUndefined();
   });

@@ -197,20 +197,21 @@ describe('GET /plants', () => {
     expect(ids(response)).toStrictEqual([idOf(1)]);
   });
 
+  const badLimit = 'querystring/limit must be an integer from 1 to 1000, such as 100';
   const notCanonical = (name: string) =>
     `querystring/${name} must be an integer in canonical decimal form, such as 42 or -7`;
   it.each([
-    ['limit=0', 'querystring/limit must be an integer from 1 to 1000'],
-    ['limit=1001', 'querystring/limit must be an integer from 1 to 1000'],
-    ['limit=-5', 'querystring/limit must be an integer from 1 to 1000'],
-    ['limit=99999999999999999999', 'querystring/limit must be an integer in the int64 range'],
-    ['limit=', notCanonical('limit')],
-    ['limit', notCanonical('limit')],
-    ['limit=007', notCanonical('limit')],
-    ['limit=%2B5', notCanonical('limit')],
-    ['limit=+5', notCanonical('limit')],
-    ['limit=1e2', notCanonical('limit')],
-    ['limit=10.0', notCanonical('limit')],
+    ['limit=0', badLimit],
+    ['limit=1001', badLimit],
+    ['limit=-5', badLimit],
+    ['limit=99999999999999999999', badLimit],
+    ['limit=', badLimit],
+    ['limit', badLimit],
+    ['limit=007', badLimit],
+    ['limit=%2B5', badLimit],
+    ['limit=+5', badLimit],
+    ['limit=1e2', badLimit],
+    ['limit=10.0', badLimit],
     ['limit=1&limit=1', 'querystring/limit must not be given more than once'],
     ['after=-0', notCanonical('after')],
     ['after=', notCanonical('after')],

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import {
   appendFileSync,
   cpSync,
@@ -79,5 +79,30 @@ describe('scripts/build.js', { timeout: 60_000 }, () => {
     expect(failed.code).toBe(1);
     expect(existsSync(join(copy, 'dist', 'server.js'))).toBe(true);
     expect((await build()).output).toContain('compiling src/ into dist/ (src/logger.ts changed)');
+  });
+});
+
+// The machine's own node, when it is older than the oldest supported one (as Node.js 20 is).
+const oldNode = ['/usr/bin/node', '/usr/local/bin/node'].find((path) => {
+  if (!existsSync(path)) return false;
+  const [major = 0, minor = 0] = execFileSync(path, ['-p', 'process.versions.node'], {
+    encoding: 'utf8',
+  })
+    .trim()
+    .split('.')
+    .map(Number);
+  return major < 22 || (major === 22 && minor < 15);
+});
+
+describe('on a Node.js older than 22.15', () => {
+  it.skipIf(oldNode === undefined)('stops at once and names the Node.js it needs', () => {
+    const run = spawnSync(oldNode ?? 'node', ['scripts/build.js'], {
+      cwd: projectRoot,
+      encoding: 'utf8',
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(
+      /^plant-store needs Node\.js 22\.15 or later \(24 recommended\); this is Node\.js v\d+\.\d+\.\d+\.\n$/,
+    );
   });
 });
