@@ -66,9 +66,13 @@ function nextLink(response: Response, request: Request): URL | undefined {
   if (!header) return undefined;
   for (const [, target, parameters] of header.matchAll(/<([^>]*)>([^,]*)/g)) {
     const rel = /;\s*rel\s*=\s*"?([^";]*)"?/i.exec(parameters ?? '')?.[1];
-    if (target !== undefined && rel?.toLowerCase().split(/\s+/).includes('next')) {
-      return new URL(target, request.url);
+    if (target === undefined || !rel?.toLowerCase().split(/\s+/).includes('next')) continue;
+    const next = new URL(target, request.url);
+    // Following it sends the token: never to another origin than the one asked.
+    if (next.origin !== new URL(request.url).origin) {
+      throw new Error(`GET /plants linked its next page to another origin: ${next.origin}`);
     }
+    return next;
   }
   return undefined;
 }
