@@ -52,7 +52,11 @@ const serverOnly = [
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];
 // Tests of the HTTP side alone, slow enough to run on one engine: the server when there is one.
-const onOneEngine = ['test/integration/docs-browser.test.ts', 'test/integration/readme.test.ts'];
+const onOneEngine = [
+  'test/integration/docs-browser.test.ts',
+  'test/integration/readme.test.ts',
+  'test/integration/typescript-client-generated.test.ts',
+];
 
 const server = await postgresServerSource();
 const projects: TestProjectInlineConfiguration[] = [

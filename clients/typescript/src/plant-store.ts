@@ -1,0 +1,173 @@
+import { quoteUnsafeIntegers, stringifyExact } from './exact-json.js';
+import { type Client, createClient, createConfig } from './generated/client/index.js';
+import { addPlant, deletePlant, getPlant, listPlants } from './generated/sdk.gen.js';
+import { listPlantsResponseTransformer } from './generated/transformers.gen.js';
+import type {
+  Error as ErrorBody,
+  ListPlantsData,
+  ListPlantsErrors,
+  ListPlantsResponses,
+  NewPlant,
+  Plant,
+  StoredPlant,
+} from './generated/types.gen.js';
+
+export type { ErrorBody };
+
+export interface PlantStoreOptions {
+  /** Where the service answers, e.g. `https://plants.example.com` (a path prefix is kept). */
+  baseUrl: string;
+  /** One of the service's API_TOKENS. */
+  token: string;
+  /** The fetch that sends the requests; the global one unless given. */
+  fetch?: typeof fetch;
+}
+
+/** The answer of the service to a request that failed: any status that is not 2xx. */
+export class PlantStoreError extends Error {
+  override readonly name = 'PlantStoreError';
+  /** The HTTP status code. */
+  readonly status: number;
+  /** The `Error` body: `{ error, message }`. */
+  readonly body: ErrorBody;
+  /** The response headers (`retry-after`, `www-authenticate`, `x-request-id`...). */
+  readonly headers: Headers;
+
+  constructor(status: number, body: ErrorBody, headers: Headers) {
+    super(body.message);
+    this.status = status;
+    this.body = body;
+    this.headers = headers;
+  }
+
+  /** The request id the service logged this request under. */
+  get requestId(): string | undefined {
+    return this.headers.get('x-request-id') ?? undefined;
+  }
+}
+
+export type PlantQuery = NonNullable<ListPlantsData['query']>;
+
+export interface PlantPage {
+  plants: StoredPlant[];
+  /** The next page, from the `Link: <...>; rel="next"` header; undefined on the last page. */
+  next: URL | undefined;
+}
+
+function isErrorBody(value: unknown): value is ErrorBody {
+  if (typeof value !== 'object' || value === null) return false;
+  const { error, message } = value as Record<string, unknown>;
+  return typeof error === 'number' && typeof message === 'string';
+}
+
+/** The target of the `rel="next"` link of `response`, resolved against the URL it answered. */
+function nextLink(response: Response, request: Request): URL | undefined {
+  const header = response.headers.get('link');
+  if (!header) return undefined;
+  for (const [, target, parameters] of header.matchAll(/<([^>]*)>([^,]*)/g)) {
+    const rel = /;\s*rel\s*=\s*"?([^";]*)"?/i.exec(parameters ?? '')?.[1];
+    if (target === undefined || !rel?.toLowerCase().split(/\s+/).includes('next')) continue;
+    const next = new URL(target, request.url);
+    // Following it sends the token: never to another origin than the one asked.
+    if (next.origin !== new URL(request.url).origin) {
+      throw new Error(`GET /plants linked its next page to another origin: ${next.origin}`);
+    }
+    return next;
+  }
+  return undefined;
+}
+
+/**
+ * A client of the Plant Store API. Ids are `bigint` both ways and exact over the whole int64
+ * range; every answer that is not 2xx is thrown as a PlantStoreError.
+ */
+export class PlantStore {
+  /** The generated client, for the operations of `./generated/sdk.gen.js` that are not here. */
+  readonly client: Client;
+
+  constructor(options: PlantStoreOptions) {
+    this.client = createClient(
+      createConfig({
+        baseUrl: options.baseUrl,
+        auth: options.token,
+        bodySerializer: stringifyExact,
+        throwOnError: true,
+        ...(options.fetch && { fetch: options.fetch }),
+      }),
+    );
+    this.client.interceptors.response.use(async (response) => {
+      if (!response.ok || !response.headers.get('content-type')?.includes('json')) return response;
+      const text = await response.text();
+      const headers = new Headers(response.headers);
+      headers.delete('content-length');
+      return new Response(text && quoteUnsafeIntegers(text), {
+        status: response.status,
+        statusText: response.statusText,
+        headers,
+      });
+    });
+    this.client.interceptors.error.use((error, response) => {
+      if (!response || response.ok) return error;
+      const body = isErrorBody(error)
+        ? error
+        : { error: response.status, message: `The service answered ${response.status}.` };
+      return new PlantStoreError(response.status, body, response.headers);
+    });
+  }
+
+  /** Creates a plant; sent again with the same content, answers the stored plant again. */
+  async createPlant(plant: NewPlant): Promise<Plant> {
+    const { data } = await addPlant({ client: this.client, body: plant, throwOnError: true });
+    return data;
+  }
+
+  async getPlant(id: bigint): Promise<StoredPlant> {
+    const { data } = await getPlant({ client: this.client, path: { id }, throwOnError: true });
+    return data;
+  }
+
+  async deletePlant(id: bigint): Promise<void> {
+    await deletePlant({ client: this.client, path: { id }, throwOnError: true });
+  }
+
+  /** One page of plants in ascending id order. */
+  async listPlants(query: PlantQuery = {}): Promise<PlantPage> {
+    const { data, request, response } = await listPlants({
+      client: this.client,
+      query,
+      throwOnError: true,
+    });
+    return { plants: data, next: nextLink(response, request) };
+  }
+
+  /** The page at `url`, a `next` link of an earlier page, requested as the service wrote it. */
+  async followLink(url: URL): Promise<PlantPage> {
+    const { data, request, response } = await this.client.get<
+      ListPlantsResponses,
+      ListPlantsErrors,
+      true
+    >({
+      baseUrl: url.origin,
+      url: `${url.pathname}${url.search}`,
+      security: [{ scheme: 'bearer', type: 'http' }],
+      responseTransformer: listPlantsResponseTransformer,
+      throwOnError: true,
+    });
+    return { plants: data, next: nextLink(response, request) };
+  }
+
+  /** Every page of `query`, from the first, following each `Link: <...>; rel="next"`. */
+  async *pages(query: PlantQuery = {}): AsyncGenerator<StoredPlant[]> {
+    let page = await this.listPlants(query);
+    yield page.plants;
+    while (page.next) {
+      page = await this.followLink(page.next);
+      yield page.plants;
+    }
+  }
+
+  /** Every plant of `query`, a page at a time. */
+  async *plants(query: PlantQuery = {}): AsyncGenerator<StoredPlant> {
+    for await (const page of this.pages(query)) yield* page;
+  }
+}
