@@ -159,7 +159,9 @@ async function startPgBouncer(
     env: { PATH: process.env.PATH ?? '' },
     stdio: 'ignore',
   });
+  // PgBouncer listens on loopback, wherever the server it fronts is.
   const url = new URL(serverUrl);
+  url.hostname = '127.0.0.1';
   url.port = String(port);
   for (const deadline = Date.now() + 20_000; ; ) {
     const client = new pg.Client({ connectionString: url.toString() });
@@ -391,6 +393,7 @@ async function bench(options: Options): Promise<number> {
     await migratePostgres(direct, 5000);
     const bouncer = await startPgBouncer(options.databaseUrl, work);
     const pooledUrl = new URL(direct);
+    pooledUrl.hostname = '127.0.0.1';
     pooledUrl.port = String(bouncer.port);
     const pooled = pooledUrl.toString();
 

@@ -15,9 +15,10 @@ export interface RunningPgBouncer extends PgBouncerAddress {
   process: RunningProcess;
 }
 
-/** The same database as `url`, reached through PgBouncer. */
+/** The same database as `url`, reached through PgBouncer on loopback. */
 export function throughPgBouncer(url: string, pgbouncer: PgBouncerAddress): string {
   const parsed = new URL(url);
+  parsed.hostname = '127.0.0.1';
   parsed.port = String(pgbouncer.port);
   return parsed.toString();
 }

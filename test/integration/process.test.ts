@@ -53,7 +53,9 @@ describe('start-up', () => {
     const database = await createScratchDatabase({ migrated: false });
     const target = new URL(serverUrlOf(database));
     const port = await freePort();
+    // The forwarder listens on loopback; the database itself may be elsewhere (a container host).
     const via = new URL(target);
+    via.hostname = '127.0.0.1';
     via.port = String(port);
     const server = run(process.execPath, ['dist/server.js'], {
       DATABASE_URL: via.toString(),
