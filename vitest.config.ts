@@ -48,6 +48,7 @@ const serverOnly = [
   'test/integration/webhooks-process.test.ts',
   'test/integration/tracing.test.ts',
   'test/integration/create-path.test.ts',
+  'test/integration/read-only.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];

@@ -19,11 +19,16 @@ const networkErrorCodes = new Set([
   'ECONNABORTED',
 ]);
 
+/** SQLSTATE read_only_sql_transaction: the server is a standby, or a primary made read-only. */
+export const READ_ONLY_SQL_STATE = '25006';
+
 // SQLSTATEs that mean "not now" rather than "never": connection exceptions (class 08),
-// operator intervention (57: shutdown, crash recovery, statement_timeout), too many connections.
+// operator intervention (57: shutdown, crash recovery, statement_timeout), too many connections,
+// and a server that is read-only (a standby that a failover has not yet replaced).
 function isTransientSqlState(code: string): boolean {
   return (
     code.startsWith('08') ||
+    code === READ_ONLY_SQL_STATE ||
     code === '57014' ||
     code === '57P01' ||
     code === '57P02' ||
@@ -86,7 +91,8 @@ export class RowRejectedError extends Error {
   }
 }
 
-function sqlStateOf(error: unknown): string | undefined {
+/** The SQLSTATE of `error` or of an error in its `cause` chain. */
+export function sqlStateOf(error: unknown): string | undefined {
   for (let current = error, depth = 0; current && depth < 8; depth++) {
     const { code, cause } = current as { code?: unknown; cause?: unknown };
     if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
@@ -99,6 +105,15 @@ function sqlStateOf(error: unknown): string | undefined {
 export function isRowRejection(error: unknown): boolean {
   const state = sqlStateOf(error);
   return state !== undefined && (state.startsWith('22') || state.startsWith('23'));
+}
+
+/** A connection led to a server that does not accept writes. */
+export class ServerReadOnlyError extends Error {
+  override name = 'ServerReadOnlyError';
+  readonly code = READ_ONLY_SQL_STATE;
+  constructor() {
+    super('the database server is read-only (a standby, or a primary being replaced)');
+  }
 }
 
 /** The embedded engine's data directory is held by another process (or this one). */

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { desc, sql } from 'drizzle-orm';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import type { Database } from './client.js';
+import { READ_ONLY_SQL_STATE, sqlStateOf } from './errors.js';
 
 /** The nearest folder above this module with a package.json: src/db, dist/chunks or the image's. */
 function packageRoot(): string {
@@ -89,21 +90,27 @@ export function latestMigrationMillis(): number {
 }
 
 /**
- * 'ready' when the database holds every migration of this build (`latestMillis`), otherwise
+ * 'ready' when the database accepts writes and holds every migration of this build
+ * (`latestMillis`), 'read-only' when it is a standby or a primary made read-only, otherwise
  * 'unmigrated'. Rejects when the database cannot be reached.
  */
 export async function schemaStatus(
   db: Database,
   latestMillis: number,
-): Promise<'ready' | 'unmigrated'> {
+): Promise<'ready' | 'unmigrated' | 'read-only'> {
   try {
     const [row] = await db
-      .select({ applied: sql<string | null>`max(created_at)::text` })
+      .select({
+        applied: sql<string | null>`max(created_at)::text`,
+        readOnly: sql<boolean>`current_setting('transaction_read_only') = 'on'`,
+      })
       .from(sql`drizzle.__drizzle_migrations`);
+    if (row?.readOnly) return 'read-only';
     return row?.applied != null && Number(row.applied) >= latestMillis ? 'ready' : 'unmigrated';
   } catch (error) {
+    if (sqlStateOf(error) === READ_ONLY_SQL_STATE) return 'read-only';
     // undefined_table or invalid_schema_name: nothing was ever migrated here.
-    const { code } = ((error as { cause?: unknown }).cause ?? error) as { code?: string };
+    const code = sqlStateOf(error);
     if (code === '42P01' || code === '3F000') return 'unmigrated';
     throw error;
   }

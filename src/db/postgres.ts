@@ -2,6 +2,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type { AppDatabase } from './client.js';
 import { describeServer } from './describe.js';
+import { READ_ONLY_SQL_STATE, ServerReadOnlyError, sqlStateOf } from './errors.js';
 import { applyMigrations } from './migrate.js';
 import * as schema from './schema.js';
 
@@ -106,8 +107,72 @@ export function poolerSafeClient(statementTimeoutMs: number): typeof pg.Client {
   };
 }
 
+type ConnectCallback = (
+  error: Error | undefined,
+  client: pg.PoolClient | undefined,
+  release: (release?: unknown) => void,
+) => void;
+
+/**
+ * A pool that hands out only connections to a server that accepts writes. Behind one address a
+ * failover can lead, for a while, to a standby or to a demoted primary (SQLSTATE 25006): a new
+ * connection is asked whether it is read-only before its first use, and once any statement met a
+ * read-only server, every connection is asked again before its next use. A read-only one is
+ * dropped and the caller gets a ServerReadOnlyError (503), so nothing is written there and the
+ * pool recovers by itself when the address leads to the primary again.
+ */
+export class WritablePool extends pg.Pool {
+  /** Each connection that answered writable, and the generation at which it did. */
+  readonly #writableAt = new WeakMap<pg.PoolClient, number>();
+  #generation = 0;
+
+  constructor(config: pg.PoolConfig) {
+    super(config);
+    this.on('release', (error) => {
+      if (sqlStateOf(error) === READ_ONLY_SQL_STATE) this.#generation++;
+    });
+  }
+
+  // biome-ignore lint/suspicious/noExplicitAny: the overloads of pg-pool's connect
+  override connect(callback?: ConnectCallback): any {
+    if (callback === undefined) {
+      return new Promise<pg.PoolClient>((resolve, reject) => {
+        this.connect((error, client) => (error || !client ? reject(error) : resolve(client)));
+      });
+    }
+    super.connect((error, client, release) => {
+      if (error || !client) {
+        callback(error, client, release);
+        return;
+      }
+      if (this.#writableAt.get(client) === this.#generation) {
+        callback(undefined, client, release);
+        return;
+      }
+      const generation = this.#generation;
+      client.query("select current_setting('transaction_read_only') = 'on' as read_only").then(
+        ({ rows }) => {
+          if (rows[0]?.read_only !== true) {
+            this.#writableAt.set(client, generation);
+            callback(undefined, client, release);
+            return;
+          }
+          const readOnly = new ServerReadOnlyError();
+          release(readOnly);
+          callback(readOnly, undefined, () => {});
+        },
+        (checkError: Error) => {
+          release(checkError);
+          callback(checkError, undefined, () => {});
+        },
+      );
+    });
+    return undefined;
+  }
+}
+
 export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg.Pool } {
-  const pool = new pg.Pool({
+  const pool = new WritablePool({
     connectionString: options.url,
     max: options.poolMax,
     connectionTimeoutMillis: options.connectTimeoutMs,

@@ -6,7 +6,7 @@ import { errorResponse, HttpError, UNAVAILABLE_RETRY_AFTER_SECONDS } from './err
  * Resolves 'ready', 'unmigrated', or 'starting' while the service has not yet opened (and
  * migrated) its database; rejects when the database cannot be reached.
  */
-export type ReadinessCheck = () => Promise<'ready' | 'unmigrated' | 'starting'>;
+export type ReadinessCheck = () => Promise<'ready' | 'unmigrated' | 'read-only' | 'starting'>;
 
 // Readiness probes give up after a second or two; answer before they do.
 const READINESS_TIMEOUT_MS = 2000;
@@ -31,6 +31,10 @@ const probeExamples = {
     unmigrated: notReady(
       'the database schema is not migrated',
       'The database lacks migrations of this build',
+    ),
+    readOnly: notReady(
+      'the database is read-only; writes are refused until it accepts them again',
+      'DATABASE_URL leads to a standby or a demoted primary (a failover in progress)',
     ),
     stopping: notReady('the service is shutting down', 'SIGTERM: draining, before it exits'),
   },
@@ -89,7 +93,7 @@ export async function healthRoutes(
     async (request) => {
       // A load balancer stops sending new requests here while the ones it sent are served.
       if (isStopping()) throw new HttpError(503, 'the service is shutting down', retryAfter);
-      let state: 'ready' | 'unmigrated' | 'starting';
+      let state: Awaited<ReturnType<ReadinessCheck>>;
       try {
         state = await withTimeout(checkReadiness(), READINESS_TIMEOUT_MS);
       } catch (error) {
@@ -100,6 +104,13 @@ export async function healthRoutes(
         throw new HttpError(
           503,
           'the service is starting: its database is not open yet',
+          retryAfter,
+        );
+      }
+      if (state === 'read-only') {
+        throw new HttpError(
+          503,
+          'the database is read-only; writes are refused until it accepts them again',
           retryAfter,
         );
       }

@@ -75,22 +75,22 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     'info',
     options.logDestination ?? { write: (line: string) => logs.push(line) },
   );
+  // A server's scratch database is opened by the service, as DATABASE_URL says; the embedded
+  // engine is one instance in this process, so the service is handed the scratch one.
+  const databaseUrl = options.databaseUrl ?? database.url;
   const config = testConfig({
     // The scratch database is migrated (or not) as the test asks.
     MIGRATE_ON_START: 'false',
     // Closing does not wait for webhook attempts in flight.
     SHUTDOWN_TIMEOUT_MS: '0',
-    ...(options.databaseUrl && {
-      DATABASE_URL: options.databaseUrl,
-      DB_CONNECT_TIMEOUT_MS: '2000',
-    }),
+    ...(databaseUrl && { DATABASE_URL: databaseUrl, DB_CONNECT_TIMEOUT_MS: '2000' }),
     ...options.env,
   });
   const service = await createService(
     { ...config, webhooks: options.webhooks },
     {
       logger,
-      ...(!options.databaseUrl && { database: database.open() }),
+      ...(!databaseUrl && { database: database.open() }),
       ...(options.repository && { repository: options.repository }),
       ...(options.isStopping && { isStopping: options.isStopping }),
     },

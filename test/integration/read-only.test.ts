@@ -1,0 +1,66 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+
+// A failover can leave DATABASE_URL leading, for a while, to a server that refuses writes (a
+// standby, or a demoted primary a stale DNS answer still names). Here the scratch database is
+// made read-only for new sessions and its sessions are ended, as a switch of servers ends them.
+
+async function asAdmin(text: string): Promise<void> {
+  const client = new pg.Client({ connectionString: inject('databaseUrl') });
+  await client.connect();
+  try {
+    await client.query(text);
+  } finally {
+    await client.end();
+  }
+}
+
+describe.each([
+  ['directly', {}],
+  ['through the pooler-safe client (DB_POOLER)', { DB_POOLER: 'true' }],
+])('when the database becomes read-only, %s', (_how, env) => {
+  let t: TestApp;
+  let name: string;
+  beforeAll(async () => {
+    t = await startTestApp({ env });
+    name = new URL(t.database.url ?? '').pathname.slice(1);
+    expect((await postPlant(t.app, { id: 1, name: 'Before' })).statusCode).toBe(200);
+    await asAdmin(`alter database ${name} set default_transaction_read_only = on`);
+    await asAdmin(
+      `select pg_terminate_backend(pid) from pg_stat_activity where datname = '${name}'`,
+    );
+  });
+  afterAll(() => t.close());
+
+  it('answers creates 503 with Retry-After, never 500, and writes nothing', async () => {
+    for (let id = 2; id < 12; id++) {
+      const response = await postPlant(t.app, { id, name: 'During' });
+      expect(response.statusCode).toBe(503);
+      expect(response.headers['retry-after']).toBeDefined();
+      expect(response.json()).toStrictEqual({
+        error: 503,
+        message: 'the database is unavailable; retry later',
+      });
+    }
+    const rows = await t.database.query('select id from plants order by id');
+    expect(rows).toStrictEqual([{ id: '1' }]);
+  });
+
+  it('reports not ready, so that a load balancer stops sending writes', async () => {
+    const response = await t.app.inject({ method: 'GET', url: '/readyz' });
+    expect(response.statusCode).toBe(503);
+    expect(response.json()).toStrictEqual({
+      error: 503,
+      message: 'the database is read-only; writes are refused until it accepts them again',
+    });
+  });
+
+  it('serves again by itself, from the first request, once the database accepts writes', async () => {
+    await asAdmin(`alter database ${name} reset default_transaction_read_only`);
+    expect((await t.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+    for (let id = 12; id < 22; id++) {
+      expect((await postPlant(t.app, { id, name: 'After' })).statusCode).toBe(200);
+    }
+  });
+});
