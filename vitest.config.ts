@@ -49,6 +49,7 @@ const serverOnly = [
   'test/integration/tracing.test.ts',
   'test/integration/create-path.test.ts',
   'test/integration/read-only.test.ts',
+  'test/integration/exhaustion.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];

@@ -25,7 +25,7 @@ import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas
 import { webhooksDocument } from './webhooks/openapi.js';
 
 /** The settings of the configuration that shape the HTTP app. */
-export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort'>;
+export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database'>;
 
 export interface AppOptions {
   config: AppConfig;
@@ -120,6 +120,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     plants: options.plants,
     verifyToken: createTokenVerifier(tokens),
     limits,
+    answerWithinMs: options.config.database.statementTimeoutMs,
   });
 
   return app;

@@ -2,7 +2,7 @@
 export class DatabaseUnavailableError extends Error {
   override name = 'DatabaseUnavailableError';
   constructor(cause: unknown) {
-    super('the database is unavailable', { cause });
+    super(typeof cause === 'string' ? cause : 'the database is unavailable', { cause });
   }
 }
 

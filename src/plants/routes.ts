@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { DatabaseUnavailableError } from '../db/errors.js';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import type { OperationExamples } from '../http/openapi.js';
@@ -53,6 +54,8 @@ const commonErrorExamples: OperationExamples['responses'] = {
 export interface PlantRoutesOptions {
   /** The store; throws while the service is still opening its database. */
   plants: () => PlantRepository;
+  /** A request the store has not answered this long after it asked gets a 503. */
+  answerWithinMs: number;
   verifyToken: (token: string) => boolean;
   limits: AuthLimits;
 }
@@ -101,9 +104,24 @@ function refuseOtherMethods(app: FastifyInstance, url: string, allowed: string[]
 
 export async function plantRoutes(
   app: FastifyInstance,
-  { plants, verifyToken, limits }: PlantRoutesOptions,
+  { plants, verifyToken, limits, answerWithinMs }: PlantRoutesOptions,
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
+  /**
+   * The store's answer, or a 503 once `answerWithinMs` has passed: a request waits for a batch, a
+   * pooled connection and its statement, and all of that must fit in the statement timeout. The
+   * work goes on; a create answered 503 may still commit, and a retry finds it (a replay).
+   */
+  const answered = <T>(work: Promise<T>): Promise<T> => {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new DatabaseUnavailableError(`no answer within ${answerWithinMs} ms`)),
+        answerWithinMs,
+      );
+    });
+    return Promise.race([work, late]).finally(() => clearTimeout(timer));
+  };
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
 
   api.post(
@@ -140,7 +158,7 @@ export async function plantRoutes(
     },
     async (request) => {
       const plant = request.body;
-      const result = await plants().createPlant(plant);
+      const result = await answered(plants().createPlant(plant));
       if (result.outcome === 'conflict') {
         throw new HttpError(
           409,
@@ -185,7 +203,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const page = await plants().listPlants({ limit, after, tag });
+      const page = await answered(plants().listPlants({ limit, after, tag }));
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
       if (page.lastId !== undefined && page.count === limit && page.lastId < INT64_MAX) {
         reply.header('link', nextPageLink(limit, page.lastId, tag));
@@ -222,7 +240,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { id } = request.params;
-      const plant = await plants().getPlant(id);
+      const plant = await answered(plants().getPlant(id));
       if (!plant) throw new HttpError(404, `no plant has the id ${id}`);
       return reply.type(JSON_TYPE).send(storedPlantJson(plant));
     },
@@ -263,7 +281,7 @@ export async function plantRoutes(
       },
       async (request, reply) => {
         const { id } = request.params;
-        if (!(await plants().deletePlant(id))) {
+        if (!(await answered(plants().deletePlant(id)))) {
           throw new HttpError(404, `no plant has the id ${id}`);
         }
         return reply.code(204).send(null);
