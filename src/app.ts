@@ -12,6 +12,7 @@ import {
 import { ErrorSchema, errorHandler, notFoundHandler, redirectBody } from './http/errors.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { registerJsonBodyParser } from './http/json.js';
+import { collectServedMethods } from './http/methods.js';
 import { type Metrics, metricsRoute } from './http/metrics.js';
 import { registerOpenApi } from './http/openapi.js';
 import { requestIdFor } from './http/request-id.js';
@@ -111,6 +112,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setValidatorCompiler(createValidatorCompiler(sharedSchemas));
   registerJsonBodyParser(app, http.jsonMaxDepth);
 
+  const refuseUnservedMethods = collectServedMethods(app);
   await registerOpenApi(app, { docsPrefix: DOCS_PREFIX, webhooks: webhooksDocument });
   await app.register(healthRoutes, { checkReadiness: options.checkReadiness, isStopping });
   if (metrics && options.config.metricsPort === undefined)
@@ -122,6 +124,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     limits,
     answerWithinMs: options.config.database.statementTimeoutMs,
   });
+  refuseUnservedMethods();
 
   return app;
 }

@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { DatabaseUnavailableError } from '../db/errors.js';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { errorResponse, HttpError } from '../http/errors.js';
+import { refuseOtherMethods } from '../http/methods.js';
 import type { OperationExamples } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
@@ -80,26 +81,6 @@ async function readPageQuery(request: FastifyRequest): Promise<void> {
 function nextPageLink(limit: number, lastId: bigint, tag: string | undefined): string {
   const tagParameter = tag === undefined ? '' : `&tag=${encodeURIComponent(tag)}`;
   return `</plants?limit=${limit}&after=${lastId}${tagParameter}>; rel="next"`;
-}
-
-/**
- * Answers 405 with Allow to the methods `url` does not serve. It runs after authentication and
- * before the body is read; Fastify requires a handler, which it never reaches.
- */
-function refuseOtherMethods(app: FastifyInstance, url: string, allowed: string[]): void {
-  const allow = allowed.join(', ');
-  const refuse = async (request: FastifyRequest) => {
-    throw new HttpError(405, `${request.method} is not allowed here; allowed: ${allow}`, {
-      allow,
-    });
-  };
-  app.route({
-    method: app.supportedMethods.filter((method) => !allowed.includes(method)),
-    url,
-    schema: { hide: true },
-    onRequest: refuse,
-    handler: refuse,
-  });
 }
 
 export async function plantRoutes(
