@@ -77,11 +77,24 @@ export function toHttpError(error: unknown, bodyLimit?: number): HttpError {
   return new HttpError(500, 'an unexpected error occurred; it has been logged');
 }
 
+/**
+ * The failures already logged: the requests of one batch share its failure, and the log gets
+ * one line for it, not one per request.
+ */
+const logged = new WeakSet<object>();
+
+function firstTime(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return true;
+  if (logged.has(error)) return false;
+  logged.add(error);
+  return true;
+}
+
 export function errorHandler(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
   const httpError = toHttpError(error, request.routeOptions.bodyLimit);
   if (httpError.statusCode === 500) {
-    request.log.error({ err: error }, 'request failed');
-  } else if (httpError.cause !== undefined) {
+    if (firstTime(error)) request.log.error({ err: error }, 'request failed');
+  } else if (httpError.cause !== undefined && firstTime(httpError.cause)) {
     // A known failure underneath (database down, a refused row): operators need its details.
     request.log.warn({ err: httpError.cause }, httpError.message);
   }
