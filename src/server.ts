@@ -231,10 +231,7 @@ async function start(): Promise<void> {
   repository = createPlantRepository(db.db, {
     textAsBytes: db.engine === 'pglite',
     tracing,
-    ...(webhooks && {
-      outbox: { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) },
-      onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
-    }),
+    ...(webhooks && { recordEvents: true, onCreated: () => dispatcher?.wake() }),
     writes: {
       maxBatchSize: config.writeBatchMax,
       maxConcurrentBatches: config.writeConcurrency,

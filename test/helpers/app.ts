@@ -112,10 +112,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
         textAsBytes: batching.textAsBytes,
         writes: { ...batching.writes, onBatch: (size) => metrics.observeBatch(size) },
         reads: { ...batching.reads, onBatch: (size) => metrics.observeReadBatch(size) },
-        ...(outbox && {
-          outbox,
-          onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
-        }),
+        ...(outbox && { recordEvents: true, onCreated: () => dispatcher?.wake() }),
       });
   if (webhooks && outbox) {
     const statements = createOutbox(appDatabase.db, outbox);
