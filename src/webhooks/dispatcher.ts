@@ -17,6 +17,12 @@ const START_MARGIN_MS = 1000;
 const POLL_INTERVAL_MS = 1000;
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
+/**
+ * A woken fan-out looks at events recorded after the last one taken, less this many: it does
+ * not walk the index entries of the events already gone (until a vacuum), and still finds events
+ * whose statements committed out of order. Anything older is the poll's, which looks at all.
+ */
+const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one URL's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
 /**
@@ -304,19 +310,26 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   let fanningOut: Promise<void> | undefined;
-  let fanOutAgain = false;
+  /** A fan-out asked for while one ran: from where it looks. */
+  let fanOutAgain: bigint | undefined;
+  let lastTaken = 0n;
 
-  /** Fans out recorded events, one statement at a time; one asked for meanwhile runs after. */
-  function fanOut(): void {
+  /**
+   * Fans out the events above `after`, one statement at a time; one asked for meanwhile runs
+   * after it, from the lowest position asked for.
+   */
+  function fanOut(after: bigint): void {
     if (!running || stopping) return;
     if (fanningOut) {
-      fanOutAgain = true;
+      if (fanOutAgain === undefined || after < fanOutAgain) fanOutAgain = after;
       return;
     }
-    fanningOut = outbox.fanOut(FAN_OUT_LIMIT).then(
-      ({ events, deliveries }) => {
+    fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
+      ({ events, last, deliveries }) => {
         enqueue(deliveries);
-        if (events === FAN_OUT_LIMIT) fanOutAgain = true;
+        if (last !== undefined && last > lastTaken) lastTaken = last;
+        // More may wait right after the last one taken.
+        if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
       },
       (error) => {
         logger.warn({ err: error }, 'webhook events not fanned out');
@@ -324,22 +337,23 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     );
     void fanningOut.finally(() => {
       fanningOut = undefined;
-      if (fanOutAgain) {
-        fanOutAgain = false;
-        fanOut();
-      }
+      const again = fanOutAgain;
+      fanOutAgain = undefined;
+      if (again !== undefined) fanOut(again);
     });
   }
 
+  const fanOutRecent = () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n);
+
   function poll(): void {
-    fanOut();
+    fanOut(0n);
     for (const lane of lanes.values()) claim(lane);
     pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
     pollTimer.unref();
   }
 
   return {
-    wake: fanOut,
+    wake: fanOutRecent,
     start() {
       if (running) return;
       running = true;

@@ -53,6 +53,8 @@ interface ClaimRow {
 
 /** A taken event, with one of its deliveries (none, id and url null, when there is no URL). */
 interface FanOutRow {
+  /** The event's row, in the order events were recorded. */
+  position: string;
   id: string | null;
   event_id: string;
   url: string | null;
@@ -76,13 +78,21 @@ export interface OutboxStats {
 /** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
 export const STATS_COUNT_LIMIT = 100_000;
 
+export interface FanOut {
+  events: number;
+  /** The position of the last event taken; undefined when none was. */
+  last: bigint | undefined;
+  deliveries: ClaimedDelivery[];
+}
+
 export interface Outbox {
   /**
-   * Takes up to `limit` recorded events, oldest first, skipping those another process is taking,
-   * and turns each into one delivery per URL, born claimed by this process (attempt 1, for the
-   * lease); the events go. Returns how many events it took, and their deliveries.
+   * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
+   * those another process is taking, and turns each into one delivery per URL, born claimed by
+   * this process (attempt 1, for the lease); the events go. Returns how many events it took, the
+   * highest position among them, and their deliveries.
    */
-  fanOut(limit: number): Promise<{ events: number; deliveries: ClaimedDelivery[] }>;
+  fanOut(limit: number, after: bigint): Promise<FanOut>;
   /** Claims up to `limit` due deliveries of `url`, oldest first, skipping rows others hold. */
   claim(url: string, limit: number): Promise<ClaimedDelivery[]>;
   /** Records what became of attempts; a stale claim (another attempt since) changes nothing. */
@@ -100,10 +110,10 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
     sql`with taken as (
           delete from webhook_events
            where id = any(array(
-                   select id from webhook_events order by id
-                    limit ${sql.placeholder('limit')}
+                   select id from webhook_events where id > ${sql.placeholder('after')}
+                    order by id limit ${sql.placeholder('limit')}
                       for update skip locked))
-          returning event_id, body, traceparent, created_at
+          returning id, event_id, body, traceparent, created_at
         ),
         written as (
           insert into webhook_deliveries
@@ -113,7 +123,8 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
             from taken cross join unnest(${sql.placeholder('urls')}::text[]) as urls(url)
           returning id, event_id, url
         )
-        select written.id::text as id, taken.event_id::text as event_id, written.url, taken.body,
+        select taken.id::text as position, written.id::text as id,
+               taken.event_id::text as event_id, written.url, taken.body,
                (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken left join written on written.event_id = taken.event_id`,
@@ -191,13 +202,18 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
   );
 
   return {
-    async fanOut(limit) {
+    async fanOut(limit, after) {
       const claimedAt = performance.now();
-      const rows = await fanOut.execute({ limit, urls: options.urls });
+      const rows = await fanOut.execute({ limit, after, urls: options.urls });
       const events = new Set<string>();
+      let last: bigint | undefined;
       const deliveries: ClaimedDelivery[] = [];
       for (const row of rows) {
-        events.add(row.event_id);
+        if (!events.has(row.position)) {
+          events.add(row.position);
+          const position = BigInt(row.position);
+          if (last === undefined || position > last) last = position;
+        }
         if (row.id === null || row.url === null) continue;
         deliveries.push({
           id: row.id,
@@ -210,7 +226,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
           traceparent: row.traceparent ?? undefined,
         });
       }
-      return { events: events.size, deliveries };
+      return { events: events.size, last, deliveries };
     },
     async claim(url, limit) {
       const claimedAt = performance.now();

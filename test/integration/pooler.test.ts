@@ -72,7 +72,7 @@ describe('with DB_POOLER=true', () => {
       const repository = createPlantRepository(db.db, { ...batching, recordEvents: true });
       await repository.createPlant({ id: 150n, name: 'Announced' });
       const outbox = createOutbox(db.db, { urls: ['http://a/', 'http://b/'], leaseMs: 60_000 });
-      return [await outbox.fanOut(10), (await preparedStatements(db)).rows] as const;
+      return [await outbox.fanOut(10, 0n), (await preparedStatements(db)).rows] as const;
     });
     expect(fanOut.events).toBe(1);
     expect(fanOut.deliveries.map((delivery) => delivery.url).sort()).toStrictEqual([
