@@ -143,21 +143,20 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     }
     if (stopping) return;
     const webhooks = config.webhooks;
-    const outbox = webhooks && { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) };
     repository = deps.repository
       ? deps.repository(db)
       : createPlantRepository(db.db, {
           textAsBytes: db.engine === 'pglite',
           tracing,
-          ...(outbox && {
-            outbox,
-            onDeliveries: (deliveries) => dispatcher?.deliverNow(deliveries),
-          }),
+          ...(webhooks && { recordEvents: true, onCreated: () => dispatcher?.wake() }),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });
-    if (webhooks && outbox) {
-      const statements = createOutbox(db.db, outbox);
+    if (webhooks) {
+      const statements = createOutbox(db.db, {
+        urls: webhooks.urls,
+        leaseMs: leaseMsFor(webhooks),
+      });
       dispatcher = createDispatcher({
         db: db.db,
         config: webhooks,

@@ -19,8 +19,24 @@ export const plants = pgTable(
 );
 
 /**
- * The newPlant webhook's outbox: one row per event and subscriber URL, written by the statement
- * that inserts the plant. A row lives until its event is delivered (then it is deleted) or its
+ * Events recorded in the transaction of the write that made them, through the SQL function
+ * record_created_events (see the migrations), one row per event however many subscribers there
+ * are. A dispatcher takes each one after the commit, writes its deliveries and deletes it.
+ */
+export const webhookEvents = pgTable('webhook_events', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  /** Sent as `webhook-id`: the same on every attempt and for every URL. */
+  eventId: uuid('event_id').notNull().defaultRandom(),
+  /** The exact bytes that are signed and sent. */
+  body: text('body').notNull(),
+  /** The W3C trace context of the statement that recorded it, when tracing was on. */
+  traceparent: text('traceparent'),
+  createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+/**
+ * The newPlant webhook's outbox: one row per event and subscriber URL, written when a dispatcher
+ * takes the event. A row lives until its event is delivered (then it is deleted) or its
  * last attempt fails (then `failed_at` is set and it waits for an operator's redelivery).
  */
 export const webhookDeliveries = pgTable(

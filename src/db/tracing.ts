@@ -15,6 +15,8 @@ export interface Statement {
 export interface DatabaseTracing {
   /** The trace context of the code running now (opaque to the caller). */
   capture(): unknown;
+  /** The same as a W3C traceparent, for a record that outlives this process; undefined if none. */
+  traceparent(): string | undefined;
   /** Runs `work` on behalf of the callers whose contexts were captured. */
   forCallers<T>(callers: readonly unknown[], work: () => Promise<T>): Promise<T>;
   /** Runs one statement in a span of its own. */

@@ -2,14 +2,6 @@ import { eq, type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
 import { plants } from '../db/schema.js';
-import {
-  type ClaimedDelivery,
-  claimedByInsert,
-  type OutboxOptions,
-  type OutboxRow,
-  outboxColumns,
-  outboxCtes,
-} from '../webhooks/outbox.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
 import { plantJson, storedPlantJson } from './serialize.js';
 
@@ -33,16 +25,19 @@ export const emptyPage: PlantPage = { json: '[]', count: 0, lastId: undefined };
 
 /** The statements of the plant store, one query each. */
 export interface PlantQueries {
-  /** Inserts the rows whose ids are new; returns those ids, and their webhook deliveries. */
-  insertNew(rows: NewPlant[]): Promise<{ ids: Set<bigint>; deliveries: ClaimedDelivery[] }>;
+  /**
+   * Inserts the rows whose ids are new; returns those ids. `traceContext` (a W3C traceparent)
+   * goes with their created events, when events are recorded.
+   */
+  insertNew(rows: NewPlant[], traceContext?: string): Promise<{ ids: Set<bigint> }>;
   /**
    * Inserts the rows whose ids are new and locks the stored row of every other id until the
-   * statement commits, so none can vanish before it is read; returns every row as stored, and
-   * the webhook deliveries of those it inserted.
+   * statement commits, so none can vanish before it is read; returns every row as stored.
    */
   insertOrLock(
     rows: NewPlant[],
-  ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }>; deliveries: ClaimedDelivery[] }>;
+    traceContext?: string,
+  ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }> }>;
   /** The stored plants among `ids`. */
   findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
   listPage(range: PageRange): Promise<PlantPage>;
@@ -58,10 +53,10 @@ export interface QueryOptions {
    */
   textAsBytes: boolean;
   /**
-   * Write the newPlant webhook's outbox in the same statement as each plant it inserts. Without
-   * it, the statements write plants only.
+   * Record a created event for each plant a statement really inserts, in that statement, through
+   * the SQL function record_created_events. Without it, the statements write plants only.
    */
-  outbox?: OutboxOptions | undefined;
+  recordEvents?: boolean | undefined;
 }
 
 /** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
@@ -102,7 +97,7 @@ function pageOf(rows: PageRow[]): PlantPage {
 /** Every statement is built and prepared once: a query only sends its parameters. */
 export function createPlantQueries(
   db: Database,
-  { textAsBytes, outbox }: QueryOptions,
+  { textAsBytes, recordEvents }: QueryOptions,
 ): PlantQueries {
   const text = <T>(column: typeof plants.name | typeof plants.tag) =>
     textAsBytes ? sql<T>`convert_to(${column}, 'UTF8')` : sql<T>`${column}`;
@@ -185,21 +180,26 @@ export function createPlantQueries(
     names: textArrayLiteral(rows.map((row) => row.name)),
     tags: textArrayLiteral(rows.map((row) => row.tag ?? null)),
   });
-  const withOutbox = outbox && outboxStatements(db, outbox, textAsBytes);
+  const withEvents = recordEvents ? eventStatements(db, textAsBytes) : undefined;
 
   return {
-    async insertNew(rows) {
-      if (withOutbox) return withOutbox.insertNew(rows, arrays(rows));
-      const inserted = await insertNew.execute(arrays(rows));
-      return { ids: new Set(inserted.map((row) => BigInt(row.id))), deliveries: [] };
+    async insertNew(rows, traceContext) {
+      const values = arrays(rows);
+      const inserted = await (withEvents
+        ? withEvents.insertNew.execute(withEvents.parameters(rows, values, traceContext))
+        : insertNew.execute(values));
+      return { ids: new Set(inserted.map((row) => BigInt(row.id))) };
     },
-    async insertOrLock(rows) {
-      if (withOutbox) return withOutbox.insertOrLock(rows, arrays(rows));
-      const stored = await insertOrLock.execute(arrays(rows));
-      return {
-        rows: stored.map((row) => ({ ...toStoredPlant(row), inserted: row.inserted })),
-        deliveries: [],
-      };
+    async insertOrLock(rows, traceContext) {
+      const values = arrays(rows);
+      if (withEvents) {
+        const stored = await withEvents.insertOrLock.execute(
+          withEvents.parameters(rows, values, traceContext),
+        );
+        return { rows: stored.map((row) => ({ ...readPlant(row), inserted: row.inserted })) };
+      }
+      const stored = await insertOrLock.execute(values);
+      return { rows: stored.map((row) => ({ ...toStoredPlant(row), inserted: row.inserted })) };
     },
     async findByIds(ids) {
       const found = new Map<bigint, StoredPlant>();
@@ -245,83 +245,57 @@ export function textArrayLiteral(values: ReadonlyArray<string | null>): string {
 }
 
 /**
- * The two inserting statements with the outbox written in the same statement (so in the same
- * transaction) for exactly the rows they really insert: a replay or a conflict inserts nothing
- * and so writes no event. The body of each event is the plant as stored, in the JSON of
- * GET /plants/{id}, made here once, so a later delete of the plant changes nothing that is sent.
+ * The two inserting statements, each recording a created event for exactly the rows it really
+ * inserts (a replay or a conflict records none), in the same statement and so in the same
+ * transaction. The payload of each event is the plant as stored, in the JSON of
+ * GET /plants/{id}, made here once, so a later delete of the plant changes nothing about it.
+ * PostgreSQL runs a SELECT in a WITH only as far as it is read: the final select reads
+ * `recorded`, which calls the function once with every payload.
  */
-function outboxStatements(db: Database, outbox: OutboxOptions, textAsBytes: boolean) {
+function eventStatements(db: Database, textAsBytes: boolean) {
   const text = (column: string) =>
-    sql.raw(textAsBytes ? `convert_to(locked.${column}, 'UTF8')` : `locked.${column}`);
+    sql.raw(textAsBytes ? `convert_to(written.${column}, 'UTF8')` : `written.${column}`);
   const input = sql`unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('names')}::text[],
                            ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
-  const insertNew = prepareStatement<OutboxRow & { plant_id: string }>(
+  const recorded = (where: SQL) => sql`recorded as (
+    select record_created_events(array(
+             select offered.payload from written
+               join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('payloads')}::text[])
+                 as offered(id, payload) on offered.id = written.id
+              where ${where}),
+           ${sql.placeholder('traceContext')}::text) as count
+  )`;
+  const insertNew = prepareStatement<{ id: string }>(
     db,
-    'plants_insert_batch_outbox',
-    sql`with inserted as (
+    'plants_insert_batch_events',
+    sql`with written as (
           insert into plants (id, name, tag) select input.id, input.name, input.tag from ${input}
           on conflict (id) do nothing
           returning id
         ),
-        ${outboxCtes(outbox, sql`true`)}
-        select events.plant_id::text as plant_id, ${outboxColumns}
-          from events join outbox on outbox.event_id = events.event_id`,
+        ${recorded(sql`true`)}
+        select written.id::text as id from written, recorded`,
   );
   // As insertOrLock above; xmax is 0 only on a row this statement inserted.
-  const insertOrLock = prepareStatement<
-    OutboxRow & {
-      id: string;
-      name: string | Uint8Array;
-      tag: string | Uint8Array | null;
-      inserted: boolean;
-    }
-  >(
+  const insertOrLock = prepareStatement<ReadRow & { inserted: boolean }>(
     db,
-    'plants_insert_or_lock_outbox',
-    sql`with inserted as (
+    'plants_insert_or_lock_events',
+    sql`with written as (
           insert into plants (id, name, tag) select input.id, input.name, input.tag from ${input}
           on conflict (id) do update set name = plants.name
           returning id, name, tag, xmax = 0 as inserted
         ),
-        ${outboxCtes(outbox, sql`inserted.inserted`)}
-        select locked.id::text as id, ${text('name')} as name, ${text('tag')} as tag,
-               locked.inserted, ${outboxColumns}
-          from inserted as locked
-          left join events on events.plant_id = locked.id
-          left join outbox on outbox.event_id = events.event_id`,
+        ${recorded(sql`written.inserted`)}
+        select written.id::text as id, ${text('name')} as name, ${text('tag')} as tag, written.inserted
+          from written, recorded`,
   );
-  const parameters = (rows: NewPlant[], arrays: PlantArrays) => {
-    const bodies = new Map<string, string>();
-    for (const row of rows) bodies.set(String(row.id), storedPlantJson(row));
-    return {
-      values: { ...arrays, bodies: [...bodies.values()], webhookUrls: outbox.urls },
-      bodyOf: (id: string) => bodies.get(id),
-    };
-  };
   return {
-    async insertNew(rows: NewPlant[], arrays: PlantArrays) {
-      const { values, bodyOf } = parameters(rows, arrays);
-      const claimedAt = performance.now();
-      const result = await insertNew.execute(values);
-      return {
-        ids: new Set(result.map((row) => BigInt(row.plant_id))),
-        deliveries: claimedByInsert(result, (row) => bodyOf(row.plant_id), claimedAt),
-      };
-    },
-    async insertOrLock(rows: NewPlant[], arrays: PlantArrays) {
-      const { values, bodyOf } = parameters(rows, arrays);
-      const claimedAt = performance.now();
-      const result = await insertOrLock.execute(values);
-      const stored = new Map<string, StoredPlant & { inserted: boolean }>();
-      for (const row of result) {
-        if (stored.has(row.id)) continue;
-        const plant = toStoredPlant({ id: BigInt(row.id), name: row.name, tag: row.tag });
-        stored.set(row.id, { ...plant, inserted: row.inserted });
-      }
-      return {
-        rows: [...stored.values()],
-        deliveries: claimedByInsert(result, (row) => bodyOf(row.id), claimedAt),
-      };
-    },
+    insertNew,
+    insertOrLock,
+    parameters: (rows: NewPlant[], arrays: PlantArrays, traceContext: string | undefined) => ({
+      ...arrays,
+      payloads: textArrayLiteral(rows.map(storedPlantJson)),
+      traceContext: traceContext ?? null,
+    }),
   };
 }

@@ -7,7 +7,6 @@ import {
   RowRejectedError,
 } from '../db/errors.js';
 import type { DatabaseTracing } from '../db/tracing.js';
-import type { ClaimedDelivery } from '../webhooks/outbox.js';
 import {
   createPlantQueries,
   emptyPage,
@@ -57,8 +56,8 @@ export interface RepositoryOptions extends QueryOptions {
   writes: BatchQueueOptions;
   /** Reads by id: each batch is one SELECT. */
   reads: BatchQueueOptions;
-  /** Given the webhook deliveries of the plants a statement inserted, once it has committed. */
-  onDeliveries?: (deliveries: ClaimedDelivery[]) => void;
+  /** Called once a statement that created plants (and recorded their events) has committed. */
+  onCreated?: () => void;
   /** When tracing is on: a span for every statement. */
   tracing?: DatabaseTracing | undefined;
 }
@@ -74,11 +73,13 @@ const INT64_MIN = -(2n ** 63n);
 export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
   const { tracing } = options;
   const untraced = createPlantQueries(db, options);
-  const queries = tracing ? tracedQueries(untraced, tracing) : untraced;
-  const writes = createBatchQueue(
-    createPlantsInBatch(queries, options.onDeliveries ?? (() => {})),
-    { ...options.writes, tracing },
-  );
+  const queries = tracing
+    ? tracedQueries(untraced, tracing, options.recordEvents === true)
+    : untraced;
+  const writes = createBatchQueue(createPlantsInBatch(queries, options.onCreated ?? (() => {})), {
+    ...options.writes,
+    tracing,
+  });
   const reads = createBatchQueue(readPlantsInBatch(queries), { ...options.reads, tracing });
   return {
     createPlant: (plant) => writes.add(plant),
@@ -96,25 +97,24 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
 }
 
 /**
- * Every statement in a span of its own. The deliveries an insert claims keep its span's
- * context, so that their first attempts join the trace of the request that made them.
+ * Every statement in a span of its own. The events an insert records carry its span's context,
+ * so that what is done with them later joins the trace of the request that made them.
  */
-function tracedQueries(queries: PlantQueries, tracing: DatabaseTracing): PlantQueries {
+function tracedQueries(
+  queries: PlantQueries,
+  tracing: DatabaseTracing,
+  recordEvents: boolean,
+): PlantQueries {
   const collection = 'plants';
-  const claimedHere = <T extends { deliveries: ClaimedDelivery[] }>(result: T): T => {
-    if (result.deliveries.length === 0) return result;
-    const trace = tracing.capture();
-    for (const delivery of result.deliveries) delivery.trace = trace;
-    return result;
-  };
+  const traceContext = () => (recordEvents ? tracing.traceparent() : undefined);
   return {
     insertNew: (rows) =>
-      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, async () =>
-        claimedHere(await queries.insertNew(rows)),
+      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, () =>
+        queries.insertNew(rows, traceContext()),
       ),
     insertOrLock: (rows) =>
-      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, async () =>
-        claimedHere(await queries.insertOrLock(rows)),
+      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, () =>
+        queries.insertOrLock(rows, traceContext()),
       ),
     findByIds: (ids) =>
       tracing.statement({ operation: 'SELECT', collection, batchSize: ids.length }, () =>
@@ -157,7 +157,7 @@ type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejecte
 
 function createPlantsInBatch(
   queries: PlantQueries,
-  onDeliveries: (deliveries: ClaimedDelivery[]) => void,
+  onCreated: () => void,
 ): BatchHandler<NewPlant, CreatePlantResult> {
   /**
    * Stores rows with distinct ids, in id order; a row the database refuses leaves the others
@@ -181,8 +181,8 @@ function createPlantsInBatch(
   }
 
   async function insertThenRead(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
-    const { ids: inserted, deliveries } = await queries.insertNew(rows);
-    if (deliveries.length > 0) onDeliveries(deliveries);
+    const { ids: inserted } = await queries.insertNew(rows);
+    if (inserted.size > 0) onCreated();
     const outcomes = new Map<bigint, StoreOutcome>();
     const existing: bigint[] = [];
     for (const row of rows) {
@@ -208,8 +208,8 @@ function createPlantsInBatch(
   }
 
   async function insertOrLock(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
-    const { rows: stored, deliveries } = await queries.insertOrLock(rows);
-    if (deliveries.length > 0) onDeliveries(deliveries);
+    const { rows: stored } = await queries.insertOrLock(rows);
+    if (stored.some((row) => row.inserted)) onCreated();
     return new Map(stored.map((row) => [row.id, { created: row.inserted, stored: plantOf(row) }]));
   }
 

@@ -84,6 +84,20 @@ const isSpanContext = (value: unknown): value is SpanContext =>
 const sampled = (spanContext: SpanContext) =>
   (spanContext.traceFlags & TraceFlags.SAMPLED) === TraceFlags.SAMPLED;
 
+/** A span context as a W3C traceparent (version 00), as it travels in a header or a row. */
+const traceparentOf = ({ traceId, spanId, traceFlags }: SpanContext) =>
+  `00-${traceId}-${spanId}-0${traceFlags & TraceFlags.SAMPLED}`;
+
+const traceparentFormat = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+function spanContextOf(traceparent: string | undefined): SpanContext | undefined {
+  const match = traceparentFormat.exec(traceparent ?? '');
+  if (!match) return undefined;
+  const [, traceId = '', spanId = '', flags = ''] = match;
+  const spanContext = { traceId, spanId, traceFlags: Number.parseInt(flags, 16), isRemote: true };
+  return isSpanContextValid(spanContext) ? spanContext : undefined;
+}
+
 /** server.address, server.port and db.namespace of the statements' spans. */
 function databaseAttributes(databaseUrl: string | undefined): Attributes {
   const attributes: Attributes = { [ATTR_DB_SYSTEM_NAME]: DB_SYSTEM_NAME_VALUE_POSTGRESQL };
@@ -223,6 +237,11 @@ export function startOpenTelemetry(options: OpenTelemetryOptions): Tracing {
 
     capture: () => trace.getSpanContext(context.active()),
 
+    traceparent() {
+      const active = trace.getSpanContext(context.active());
+      return active && isSpanContextValid(active) ? traceparentOf(active) : undefined;
+    },
+
     forCallers(callers, work) {
       return context.with(ROOT_CONTEXT.setValue(CALLERS, callers.filter(isSpanContext)), work);
     },
@@ -266,9 +285,8 @@ export function startOpenTelemetry(options: OpenTelemetryOptions): Tracing {
     },
 
     async webhookAttempt(attempt: TracedAttempt, run: () => Promise<AttemptResult>) {
-      const parent = isSpanContext(attempt.parent)
-        ? trace.setSpanContext(ROOT_CONTEXT, attempt.parent)
-        : ROOT_CONTEXT;
+      const recorded = spanContextOf(attempt.traceparent);
+      const parent = recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT;
       const url = new URL(attempt.receiver);
       const span = tracer.startSpan(
         'POST',

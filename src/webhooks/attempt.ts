@@ -17,8 +17,8 @@ export interface TracedAttempt {
   webhookId: string;
   /** The attempt's number, from 1. */
   attempt: number;
-  /** The trace context of the statement that claimed the delivery, if this process did. */
-  parent: unknown;
+  /** The W3C trace context recorded with its event, for the attempt that follows its fan-out. */
+  traceparent: string | undefined;
 }
 
 /** What an attempt tells tracing, when it is on. */

@@ -13,8 +13,16 @@ import { signingKey, webhookId } from './signature.js';
 export const LEASE_MARGIN_MS = 5000;
 /** An attempt must start this long before its claim could no longer cover its time limit. */
 const START_MARGIN_MS = 1000;
-/** How often a dispatcher looks for due deliveries that nobody announced to it. */
+/** How often a dispatcher looks for events and due deliveries that nobody announced to it. */
 const POLL_INTERVAL_MS = 1000;
+/** Events one fan-out takes at most; when it takes that many, another follows at once. */
+const FAN_OUT_LIMIT = 1000;
+/**
+ * A woken fan-out looks at events recorded after the last one taken, less this many: it does
+ * not walk the index entries of the events already gone (until a vacuum), and still finds events
+ * whose statements committed out of order. Anything older is the poll's, which looks at all.
+ */
+const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one URL's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
 /**
@@ -25,9 +33,12 @@ const RECORD_INTERVAL_MS = 100;
 const RECORD_BATCH_MAX = 5000;
 
 export interface Dispatcher {
-  /** Deliveries this process claimed when it inserted their plants: attempted at once. */
-  deliverNow(deliveries: ClaimedDelivery[]): void;
-  /** Starts looking for due deliveries: retries, and those other processes left behind. */
+  /**
+   * Fans out the events recorded so far and attempts their deliveries at once: for a process
+   * that has just recorded some. Nothing depends on it: the poll fans out every event too.
+   */
+  wake(): void;
+  /** Starts looking for events and due deliveries: retries, and what other processes left. */
   start(): void;
   /**
    * Stops claiming, gives back the claims of deliveries not yet attempted, lets attempts in
@@ -73,9 +84,11 @@ interface Lane {
 }
 
 /**
- * Delivers the newPlant webhook. The process that inserts a plant holds the claim of its
- * deliveries from the start and attempts them at once; a poll claims whatever else is due
- * (retries, deliveries whose holder died) with FOR UPDATE SKIP LOCKED, so processes share the
+ * Delivers the newPlant webhook. A fan-out takes the events that writers recorded, writes one
+ * delivery per URL, born claimed by this process, and attempts them at once; it runs when this
+ * process is woken after recording events and at every poll, so events that a dead process
+ * recorded are fanned out by any other. A poll also claims whatever deliveries are due (retries,
+ * those whose holder died). Both take rows with FOR UPDATE SKIP LOCKED, so processes share the
  * work and no delivery has two attempts at once. At most `concurrency` attempts per URL are in
  * flight, over keep-alive connections; a slow or dead receiver holds only its own URL's slots.
  */
@@ -185,7 +198,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
             receiver: lane.receiver,
             webhookId: webhookId(delivery.eventId),
             attempt: delivery.attempt,
-            parent: delivery.trace,
+            traceparent: delivery.traceparent,
           },
           send,
         )
@@ -286,21 +299,61 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       });
   }
 
+  /** Hands deliveries claimed by a fan-out to their lanes; a full lane gives them back. */
+  function enqueue(deliveries: ClaimedDelivery[]): void {
+    for (const delivery of deliveries) {
+      const lane = lanes.get(delivery.url);
+      if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
+      else lane.queue.push(delivery);
+    }
+    for (const lane of lanes.values()) if (lane.queue.length > 0) pump(lane);
+  }
+
+  let fanningOut: Promise<void> | undefined;
+  /** A fan-out asked for while one ran: from where it looks. */
+  let fanOutAgain: bigint | undefined;
+  let lastTaken = 0n;
+
+  /**
+   * Fans out the events above `after`, one statement at a time; one asked for meanwhile runs
+   * after it, from the lowest position asked for.
+   */
+  function fanOut(after: bigint): void {
+    if (!running || stopping) return;
+    if (fanningOut) {
+      if (fanOutAgain === undefined || after < fanOutAgain) fanOutAgain = after;
+      return;
+    }
+    fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
+      ({ events, last, deliveries }) => {
+        enqueue(deliveries);
+        if (last !== undefined && last > lastTaken) lastTaken = last;
+        // More may wait right after the last one taken.
+        if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
+      },
+      (error) => {
+        logger.warn({ err: error }, 'webhook events not fanned out');
+      },
+    );
+    void fanningOut.finally(() => {
+      fanningOut = undefined;
+      const again = fanOutAgain;
+      fanOutAgain = undefined;
+      if (again !== undefined) fanOut(again);
+    });
+  }
+
+  const fanOutRecent = () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n);
+
   function poll(): void {
+    fanOut(0n);
     for (const lane of lanes.values()) claim(lane);
     pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
     pollTimer.unref();
   }
 
   return {
-    deliverNow(deliveries) {
-      for (const delivery of deliveries) {
-        const lane = lanes.get(delivery.url);
-        if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
-        else lane.queue.push(delivery);
-      }
-      for (const lane of lanes.values()) if (lane.queue.length > 0) pump(lane);
-    },
+    wake: fanOutRecent,
     start() {
       if (running) return;
       running = true;
@@ -309,6 +362,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     async stop(waitMs) {
       stopping = true;
       clearTimeout(pollTimer);
+      // Its deliveries are claimed: they reach the lanes, and are given back below.
+      await fanningOut;
       for (const lane of lanes.values()) {
         clearTimeout(lane.wakeTimer);
         for (const delivery of lane.queue.splice(0)) release(delivery);

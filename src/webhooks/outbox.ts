@@ -1,12 +1,12 @@
-import { type SQL, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 
-/** What the statements that insert plants need to write the outbox with them. */
+/** What the dispatcher's statements need to know. */
 export interface OutboxOptions {
-  /** Every new plant gets one delivery per URL. */
+  /** Every event gets one delivery per URL. */
   urls: string[];
-  /** How long the inserting process holds the new deliveries before any process may claim them. */
+  /** How long a process holds the deliveries it claims before any process may claim them. */
   leaseMs: number;
 }
 
@@ -22,71 +22,14 @@ export interface ClaimedDelivery {
   attempt: number;
   /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
   claimedAt: number;
-  /** When the event was recorded (ms since the epoch), where known. */
-  createdAtMs?: number;
-  /** With tracing on, the context of the statement that claimed it along with its plant. */
-  trace?: unknown;
+  /** When the event was recorded (ms since the epoch). */
+  createdAtMs: number;
+  /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
+  traceparent?: string | undefined;
 }
-
-/** The parts of a delivery row the statement that inserted its plant returns. */
-export interface OutboxRow {
-  delivery_id: string | null;
-  event_id: string | null;
-  url: string | null;
-}
-
-/**
- * The CTEs that write the outbox, for a statement whose earlier CTE `inserted` returns the rows
- * it wrote to plants (`id`), `where` picking those it really inserted. Each gets one event (a
- * random UUID, made once: the CTE is read twice, so PostgreSQL evaluates it once) and one
- * delivery per URL, with the body given for its id in the `bodies` placeholder. The deliveries
- * are born claimed by the inserting process (attempt 1, for the lease), so it sends them at once
- * without another statement; if it dies, the claim expires and any process takes them over.
- * The statement then joins `inserted` to `outbox` through `events` (plant_id, event_id).
- */
-export function outboxCtes(options: OutboxOptions, where: SQL): SQL {
-  return sql`events as (
-    select inserted.id as plant_id, gen_random_uuid() as event_id, offered.body
-      from inserted
-      join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('bodies')}::text[])
-        as offered(id, body) on offered.id = inserted.id
-     where ${where}
-  ),
-  outbox as (
-    insert into webhook_deliveries (event_id, url, body, attempts, next_attempt_at)
-    select events.event_id, urls.url, events.body, 1, ${leaseEnd(options.leaseMs)}
-      from events cross join unnest(${sql.placeholder('webhookUrls')}::text[]) as urls(url)
-    returning id, event_id, url
-  )`;
-}
-
-/** The columns of a delivery the statement returns beside its plant's, null when it has none. */
-export const outboxColumns = sql`outbox.id::text as delivery_id, outbox.event_id::text as event_id, outbox.url`;
 
 const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
-
-/** The claimed deliveries among the rows the inserting statement returned. */
-export function claimedByInsert<Row extends OutboxRow>(
-  rows: Row[],
-  bodyOf: (row: Row) => string | undefined,
-  claimedAt: number,
-): ClaimedDelivery[] {
-  const claimed: ClaimedDelivery[] = [];
-  for (const row of rows) {
-    const body = bodyOf(row);
-    if (row.delivery_id === null || row.event_id === null || row.url === null || !body) continue;
-    claimed.push({
-      id: row.delivery_id,
-      eventId: row.event_id,
-      url: row.url,
-      body,
-      attempt: 1,
-      claimedAt,
-    });
-  }
-  return claimed;
-}
 
 /** How one attempt, or a claim given back, leaves its delivery. */
 export type Outcome =
@@ -108,8 +51,23 @@ interface ClaimRow {
   created_ms: number;
 }
 
+/** A taken event, with one of its deliveries (none, id and url null, when there is no URL). */
+interface FanOutRow {
+  /** The event's row, in the order events were recorded. */
+  position: string;
+  id: string | null;
+  event_id: string;
+  url: string | null;
+  body: string;
+  created_ms: number;
+  traceparent: string | null;
+}
+
 export interface OutboxStats {
-  /** Deliveries not yet delivered nor failed, counted up to STATS_COUNT_LIMIT. */
+  /**
+   * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per URL,
+   * counted up to STATS_COUNT_LIMIT.
+   */
   pending: number;
   /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
   failed: number;
@@ -120,7 +78,21 @@ export interface OutboxStats {
 /** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
 export const STATS_COUNT_LIMIT = 100_000;
 
+export interface FanOut {
+  events: number;
+  /** The position of the last event taken; undefined when none was. */
+  last: bigint | undefined;
+  deliveries: ClaimedDelivery[];
+}
+
 export interface Outbox {
+  /**
+   * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
+   * those another process is taking, and turns each into one delivery per URL, born claimed by
+   * this process (attempt 1, for the lease); the events go. Returns how many events it took, the
+   * highest position among them, and their deliveries.
+   */
+  fanOut(limit: number, after: bigint): Promise<FanOut>;
   /** Claims up to `limit` due deliveries of `url`, oldest first, skipping rows others hold. */
   claim(url: string, limit: number): Promise<ClaimedDelivery[]>;
   /** Records what became of attempts; a stale claim (another attempt since) changes nothing. */
@@ -130,6 +102,33 @@ export interface Outbox {
 
 /** The statements of the dispatcher, each prepared once. */
 export function createOutbox(db: Database, options: OutboxOptions): Outbox {
+  // One statement, one transaction: an event goes only with its deliveries written, so one
+  // taken by a process that dies before the commit stays for the next fan-out of any process.
+  const fanOut = prepareStatement<FanOutRow>(
+    db,
+    'webhook_fan_out',
+    sql`with taken as (
+          delete from webhook_events
+           where id = any(array(
+                   select id from webhook_events where id > ${sql.placeholder('after')}
+                    order by id limit ${sql.placeholder('limit')}
+                      for update skip locked))
+          returning id, event_id, body, traceparent, created_at
+        ),
+        written as (
+          insert into webhook_deliveries
+                 (event_id, url, body, created_at, attempts, next_attempt_at)
+          select taken.event_id, urls.url, taken.body, taken.created_at, 1,
+                 ${leaseEnd(options.leaseMs)}
+            from taken cross join unnest(${sql.placeholder('urls')}::text[]) as urls(url)
+          returning id, event_id, url
+        )
+        select taken.id::text as position, written.id::text as id,
+               taken.event_id::text as event_id, written.url, taken.body,
+               (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
+               taken.traceparent
+          from taken left join written on written.event_id = taken.event_id`,
+  );
   // `= any(array(...))` runs the locking subquery once, so a claim takes at most `limit` rows.
   const claim = prepareStatement<ClaimRow>(
     db,
@@ -176,7 +175,13 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
             as o(id, attempt)
          where d.id = o.id and d.attempts = o.attempt`,
   );
-  const stats = prepareStatement<{ pending: number; failed: number; oldest_due: number | null }>(
+  const stats = prepareStatement<{
+    pending: number;
+    failed: number;
+    oldest_due: number | null;
+    events: number;
+    oldest_event: number | null;
+  }>(
     db,
     'webhook_stats',
     sql`select
@@ -189,10 +194,40 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
              cross join lateral (
                select next_attempt_at from webhook_deliveries
                 where url = urls.url and failed_at is null and next_attempt_at <= now()
-                order by next_attempt_at limit 1) as due) as oldest_due`,
+                order by next_attempt_at limit 1) as due) as oldest_due,
+          (select count(*) from (select 1 from webhook_events
+                                  limit ${STATS_COUNT_LIMIT}) as e)::int4 as events,
+          (select extract(epoch from now() - created_at)::float8 from webhook_events
+            order by id limit 1) as oldest_event`,
   );
 
   return {
+    async fanOut(limit, after) {
+      const claimedAt = performance.now();
+      const rows = await fanOut.execute({ limit, after, urls: options.urls });
+      const events = new Set<string>();
+      let last: bigint | undefined;
+      const deliveries: ClaimedDelivery[] = [];
+      for (const row of rows) {
+        if (!events.has(row.position)) {
+          events.add(row.position);
+          const position = BigInt(row.position);
+          if (last === undefined || position > last) last = position;
+        }
+        if (row.id === null || row.url === null) continue;
+        deliveries.push({
+          id: row.id,
+          eventId: row.event_id,
+          url: row.url,
+          body: row.body,
+          attempt: 1,
+          claimedAt,
+          createdAtMs: row.created_ms,
+          traceparent: row.traceparent ?? undefined,
+        });
+      }
+      return { events: events.size, last, deliveries };
+    },
     async claim(url, limit) {
       const claimedAt = performance.now();
       const rows = await claim.execute({ url, limit });
@@ -240,10 +275,12 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
     },
     async stats() {
       const [row] = await stats.execute({ urls: options.urls });
+      // An event not yet fanned out is a delivery pending for each URL, due since it was made.
+      const pending = (row?.pending ?? 0) + (row?.events ?? 0) * options.urls.length;
       return {
-        pending: row?.pending ?? 0,
+        pending: Math.min(pending, STATS_COUNT_LIMIT),
         failed: row?.failed ?? 0,
-        oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0),
+        oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
       };
     },
   };

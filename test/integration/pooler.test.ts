@@ -4,6 +4,7 @@ import type { AppDatabase } from '../../src/db/client.js';
 import { DatabaseUnavailableError, RowRejectedError } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
+import { createOutbox } from '../../src/webhooks/outbox.js';
 import {
   createScratchDatabase,
   holdPlantsTable,
@@ -63,6 +64,21 @@ describe('with DB_POOLER=true', () => {
       await createSome(db, 100n);
       return (await preparedStatements(db)).rows;
     });
+    expect(rows).toStrictEqual([{ count: '0' }]);
+  });
+
+  it('records events and fans them out leaving no prepared statement on the connection', async () => {
+    const [fanOut, rows] = await withDatabase(open(true), async (db) => {
+      const repository = createPlantRepository(db.db, { ...batching, recordEvents: true });
+      await repository.createPlant({ id: 150n, name: 'Announced' });
+      const outbox = createOutbox(db.db, { urls: ['http://a/', 'http://b/'], leaseMs: 60_000 });
+      return [await outbox.fanOut(10, 0n), (await preparedStatements(db)).rows] as const;
+    });
+    expect(fanOut.events).toBe(1);
+    expect(fanOut.deliveries.map((delivery) => delivery.url).sort()).toStrictEqual([
+      'http://a/',
+      'http://b/',
+    ]);
     expect(rows).toStrictEqual([{ count: '0' }]);
   });
 

@@ -1,6 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { WebhookConfig } from '../../src/config.js';
+import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
+import { createPlantRepository } from '../../src/plants/repository.js';
+import { createDispatcher } from '../../src/webhooks/dispatcher.js';
 import { redeliverFailed } from '../../src/webhooks/outbox.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { freePort } from '../helpers/process.js';
@@ -59,6 +62,22 @@ const deliveries = (t: TestApp) =>
        from webhook_deliveries order by id`,
   );
 
+/** The events recorded and not yet fanned out, oldest first. */
+const events = (t: TestApp) =>
+  t.database.query<{ event_id: string; body: string }>(
+    'select event_id::text, body from webhook_events order by id',
+  );
+
+/** An app whose creates record events while no dispatcher runs, as if it died before fanning out. */
+async function appRecordingOnly() {
+  const t = await startTestApp({
+    repository: (database) =>
+      createPlantRepository(database.db, { ...batching, recordEvents: true }),
+  });
+  open.push(t);
+  return t;
+}
+
 async function eventually<T>(
   read: () => Promise<T>,
   until: (value: T) => boolean,
@@ -101,13 +120,14 @@ describe('the newPlant webhook', () => {
       expect(request.headers['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
     }
     expect(new Set(hook.requests.map((r) => r.headers['webhook-id'])).size).toBe(3);
-    // Delivered rows do not stay.
+    // Delivered rows do not stay, and neither do the events they were made of.
     expect(
       await eventually(
         () => deliveries(t),
         (rows) => rows.length === 0,
       ),
     ).toStrictEqual([]);
+    expect(await events(t)).toStrictEqual([]);
   });
 
   it('sends every event to each URL, with the same webhook-id', async () => {
@@ -149,15 +169,14 @@ describe('the newPlant webhook', () => {
     });
   });
 
-  it('writes events in the insert that locks what is stored only for the rows it inserted', async () => {
-    const url = `http://127.0.0.1:${await freePort()}/hook`;
-    const t = await appSendingTo([url], { retrySchedule: [60] });
+  it('records events in the insert that locks what is stored only for the rows it inserted', async () => {
+    const t = await appRecordingOnly();
     const queries = createPlantQueries(t.appDatabase.db, {
       textAsBytes: batching.textAsBytes,
-      outbox: { urls: [url], leaseMs: 60_000 },
+      recordEvents: true,
     });
     await queries.insertNew([{ id: 20n, name: 'Stored' }]);
-    const { rows, deliveries: claimed } = await queries.insertOrLock([
+    const { rows } = await queries.insertOrLock([
       { id: 20n, name: 'Other' },
       { id: 21n, name: 'New', tag: '' },
     ]);
@@ -166,17 +185,63 @@ describe('the newPlant webhook', () => {
       [20n, false],
       [21n, true],
     ]);
-    expect(claimed).toMatchObject([{ url, body: '{"id":21,"name":"New","tag":""}', attempt: 1 }]);
-    expect((await deliveries(t)).map((row) => row.body).sort()).toStrictEqual([
+    expect((await events(t)).map((row) => row.body)).toStrictEqual([
       '{"id":20,"name":"Stored"}',
       '{"id":21,"name":"New","tag":""}',
     ]);
+  });
+
+  it('records one event row per new plant, whatever the number of subscribers, and none for replays, 409s or 400s', async () => {
+    const t = await appRecordingOnly();
+    for (const id of [1, 2, 3]) {
+      expect((await postPlant(t.app, { id, name: 'Aloe' })).statusCode).toBe(200);
+    }
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect((await postPlant(t.app, { id: 2, name: 'Other' })).statusCode).toBe(409);
+    expect((await postPlant(t.app, { id: 4, name: '' })).statusCode).toBe(400);
+    expect((await events(t)).map((row) => row.body)).toStrictEqual([
+      '{"id":1,"name":"Aloe"}',
+      '{"id":2,"name":"Aloe"}',
+      '{"id":3,"name":"Aloe"}',
+    ]);
+    expect(await deliveries(t)).toStrictEqual([]);
+  });
+
+  it('fans out an event committed before any dispatcher ran, to each URL with the same webhook-id', async () => {
+    const t = await appRecordingOnly();
+    expect((await postPlant(t.app, { id: 5, name: 'Fern', tag: 'green' })).statusCode).toBe(200);
+    const [event] = await events(t);
+    const hooks = [await receiver(), await receiver(), await receiver()];
+    const dispatcher = createDispatcher({
+      db: t.appDatabase.db,
+      config: webhookConfig(hooks.map((hook) => hook.url)),
+      logger: createLogger('warn', { write: () => {} }),
+    });
+    open.push({ close: () => dispatcher.stop(0) });
+    dispatcher.start();
+    const received = await Promise.all(hooks.map(async (hook) => (await hook.waitFor(1))[0]));
+    const webhookId = `msg_${event?.event_id.replaceAll('-', '')}`;
+    for (const request of received) {
+      expect(request).toMatchObject({
+        body: '{"id":5,"name":"Fern","tag":"green"}',
+        verified: true,
+      });
+      expect(request?.headers['webhook-id']).toBe(webhookId);
+    }
+    expect(await events(t)).toStrictEqual([]);
+    expect(
+      await eventually(
+        () => deliveries(t),
+        (rows) => rows.length === 0,
+      ),
+    ).toStrictEqual([]);
   });
 
   it('writes nothing to the outbox when no URL is configured', async () => {
     const t = await startTestApp();
     open.push(t);
     expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect(await events(t)).toStrictEqual([]);
     expect(await deliveries(t)).toStrictEqual([]);
   });
 });
