@@ -30,7 +30,6 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type * as ClientModule from '../src/db/client.js';
 import type * as PostgresModule from '../src/db/postgres.js';
-import type * as SchemaModule from '../src/db/schema.js';
 import type * as RepositoryModule from '../src/plants/repository.js';
 import { cleanUpOnExit } from './cleanup.js';
 import { commandLine, gitRevision, packageVersion } from './facts.js';
@@ -54,7 +53,6 @@ const { migratePostgres, openPostgres, poolerSafeClient } = (await fromDist(
 const { createPlantRepository } = (await fromDist(
   'plants/repository.js',
 )) as typeof RepositoryModule;
-const schema = (await fromDist('db/schema.js')) as typeof SchemaModule;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 const { scratch, abort, runAndExit } = cleanUpOnExit('bench:pooler', say);
@@ -239,7 +237,7 @@ class UnnamedStatementsClient extends pg.Client {
 }
 
 function poolVariant(pool: pg.Pool) {
-  return { db: drizzle({ client: pool, schema }) as unknown as Database, close: () => pool.end() };
+  return { db: drizzle({ client: pool }) as unknown as Database, close: () => pool.end() };
 }
 
 const service = (pooler: boolean) => (url: string) =>

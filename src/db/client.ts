@@ -3,10 +3,9 @@ import { join, resolve } from 'node:path';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import type { DatabaseConfig } from '../config.js';
 import { describeEmbedded, describeServer } from './describe.js';
-import type * as schema from './schema.js';
 
 /** Drizzle's PostgreSQL API, whichever engine runs underneath. */
-export type Database = PgDatabase<PgQueryResultHKT, typeof schema>;
+export type Database = PgDatabase<PgQueryResultHKT>;
 
 /** A PostgreSQL the service can use: a server, or the embedded engine. */
 export interface AppDatabase {

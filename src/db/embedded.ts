@@ -6,7 +6,6 @@ import type { AppDatabase } from './client.js';
 import { describeEmbedded } from './describe.js';
 import { DataDirInUseError } from './errors.js';
 import { applyMigrations } from './migrate.js';
-import * as schema from './schema.js';
 
 export interface EmbeddedOptions {
   /** Directory of the data; in memory (gone at exit) when undefined. */
@@ -68,7 +67,7 @@ export async function openEmbedded(options: EmbeddedOptions): Promise<AppDatabas
     unlock();
     throw error;
   }
-  const db = drizzle({ client, schema });
+  const db = drizzle({ client });
   let closing: Promise<void> | undefined;
   return {
     db,

@@ -4,7 +4,6 @@ import type { AppDatabase } from './client.js';
 import { describeServer } from './describe.js';
 import { READ_ONLY_SQL_STATE, ServerReadOnlyError, sqlStateOf } from './errors.js';
 import { applyMigrations } from './migrate.js';
-import * as schema from './schema.js';
 
 export interface PostgresOptions {
   url: string;
@@ -30,7 +29,7 @@ export async function migratePostgres(url: string, connectTimeoutMs: number): Pr
   });
   await client.connect();
   try {
-    return await applyMigrations(drizzle({ client, schema }));
+    return await applyMigrations(drizzle({ client }));
   } finally {
     await client.end();
   }
@@ -190,7 +189,7 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
   pool.on('error', options.onIdleError);
   let closing: Promise<void> | undefined;
   return {
-    db: drizzle({ client: pool, schema }),
+    db: drizzle({ client: pool }),
     pool,
     engine: 'postgres',
     description: describeServer(options.url, options.pooler),

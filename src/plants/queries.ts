@@ -1,9 +1,9 @@
 import { eq, type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
-import { plants } from '../db/schema.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
 import { plantJson, storedPlantJson } from './serialize.js';
+import { plants } from './table.js';
 
 /** A page of plants in ascending id order: ids from `fromId` on, with exactly `tag` if given. */
 export interface PageRange {

@@ -1,22 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, index, integer, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
-
-export const plants = pgTable(
-  'plants',
-  {
-    id: bigint('id', { mode: 'bigint' }).primaryKey(),
-    name: text('name').notNull(),
-    tag: text('tag'),
-    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
-  },
-  (table) => [
-    // The API validates these limits too; the database keeps them true for every writer.
-    check('plants_name_length', sql`char_length(${table.name}) between 1 and 256`),
-    check('plants_tag_length', sql`char_length(${table.tag}) <= 256`),
-    // Pages filtered by tag are a range scan of this index: tag = $1 and id > $2 order by id.
-    index('plants_tag_id_idx').on(table.tag, table.id),
-  ],
-);
+import { bigint, index, integer, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
 
 /**
  * Events recorded in the transaction of the write that made them, through the SQL function
