@@ -2,7 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
 import { type AppDatabase, describeDatabase, openDatabase } from './db/client.js';
-import { isDatabaseUnavailable } from './db/errors.js';
+import { failureForLog, isDatabaseUnavailable } from './db/errors.js';
 import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
 import { HttpError } from './http/errors.js';
 import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.js';
@@ -130,7 +130,8 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     );
     database = await openDatabase({
       ...config.database,
-      onIdleError: (error) => logger.warn({ err: error }, 'an idle database connection failed'),
+      onIdleError: (error) =>
+        logger.warn(failureForLog(error), 'an idle database connection failed'),
     });
     return database;
   }

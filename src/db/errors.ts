@@ -120,3 +120,81 @@ export class ServerReadOnlyError extends Error {
 export class DataDirInUseError extends Error {
   override name = 'DataDirInUseError';
 }
+
+/** A statement that failed, by the name the code gives it; the driver's error is its cause. */
+export class StatementError extends Error {
+  override name = 'StatementError';
+  /** The SQLSTATE, where the server gave one, as the driver's own errors carry it. */
+  readonly code: string | undefined;
+  constructor(
+    readonly statement: string,
+    cause: unknown,
+  ) {
+    super(`the statement ${statement} failed`, { cause });
+    this.code = sqlStateOf(cause);
+  }
+}
+
+// Classes whose messages describe the server's state, never a row's values: connection,
+// invalid transaction state (read-only), insufficient resources, operator intervention.
+const stateClasses = new Set(['08', '25', '53', '57']);
+
+/**
+ * What the log may say of a database failure: its SQLSTATE, the statement's name and the
+ * server's words where they describe its state. Never the SQL's values, a row, or the driver's
+ * objects (a connection carries its cancel key).
+ */
+export function failureForLog(error: unknown): {
+  sqlState?: string;
+  statement?: string;
+  reason: string;
+} {
+  let statement: string | undefined;
+  let reason: string | undefined;
+  let networkCode: string | undefined;
+  for (let current = error, depth = 0; current && depth < 8; depth++) {
+    if (typeof current !== 'object') {
+      reason ??= String(current);
+      break;
+    }
+    if (current instanceof StatementError) statement ??= current.statement;
+    const { code, message } = current as { code?: unknown; message?: unknown };
+    if (typeof code === 'string' && networkErrorCodes.has(code)) networkCode ??= code;
+    if (typeof message === 'string' && transientMessages.some((m) => message.includes(m))) {
+      reason ??= message;
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  const sqlState = sqlStateOf(error);
+  if (sqlState !== undefined && stateClasses.has(sqlState.slice(0, 2))) {
+    for (let current = error, depth = 0; current && depth < 8; depth++) {
+      const { code, message, cause } = current as {
+        code?: unknown;
+        message?: unknown;
+        cause?: unknown;
+      };
+      if (
+        code === sqlState &&
+        typeof message === 'string' &&
+        !(current instanceof StatementError)
+      ) {
+        reason = message;
+        break;
+      }
+      current = cause;
+    }
+  }
+  return {
+    ...(sqlState !== undefined && { sqlState }),
+    ...(statement !== undefined && { statement }),
+    reason:
+      reason ??
+      (networkCode !== undefined
+        ? `the connection failed (${networkCode})`
+        : sqlState !== undefined
+          ? `the server refused the statement (SQLSTATE ${sqlState})`
+          : error instanceof Error
+            ? error.name
+            : 'unknown failure'),
+  };
+}

@@ -1,7 +1,12 @@
 import { STATUS_CODES } from 'node:http';
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { isDatabaseUnavailable, QueueFullError, RowRejectedError } from '../db/errors.js';
+import {
+  failureForLog,
+  isDatabaseUnavailable,
+  QueueFullError,
+  RowRejectedError,
+} from '../db/errors.js';
 
 export const ErrorSchema = Type.Object(
   {
@@ -95,8 +100,9 @@ export function errorHandler(error: unknown, request: FastifyRequest, reply: Fas
   if (httpError.statusCode === 500) {
     if (firstTime(error)) request.log.error({ err: error }, 'request failed');
   } else if (httpError.cause !== undefined && firstTime(httpError.cause)) {
-    // A known failure underneath (database down, a refused row): operators need its details.
-    request.log.warn({ err: httpError.cause }, httpError.message);
+    // A known failure underneath (database down, a refused row): its SQLSTATE and statement,
+    // never the statement's values.
+    request.log.warn(failureForLog(httpError.cause), httpError.message);
   }
   sendError(reply, httpError);
 }

@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
+import { failureForLog } from '../db/errors.js';
 import { errorResponse, HttpError, UNAVAILABLE_RETRY_AFTER_SECONDS } from './errors.js';
 
 /**
@@ -97,7 +98,7 @@ export async function healthRoutes(
       try {
         state = await withTimeout(checkReadiness(), READINESS_TIMEOUT_MS);
       } catch (error) {
-        request.log.warn({ err: error }, 'readiness check failed');
+        request.log.warn(failureForLog(error), 'readiness check failed');
         throw new HttpError(503, 'the database is unavailable', retryAfter);
       }
       if (state === 'starting') {
