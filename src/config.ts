@@ -10,7 +10,7 @@ const integer = (minimum: number, maximum: number, fallback: number) =>
   Type.Integer({ minimum, maximum, default: fallback });
 
 /** The environment variables the service reads, with their defaults. */
-const EnvironmentSchema = Type.Object({
+export const EnvironmentSchema = Type.Object({
   PORT: integer(0, 65535, 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
