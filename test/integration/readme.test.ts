@@ -1,18 +1,27 @@
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+import { createScratchDatabase, type ScratchDatabase, testEngine } from '../helpers/database.js';
 import { projectFile } from '../helpers/deploy-files.js';
+import {
+  freePort,
+  projectRoot,
+  type RunningProcess,
+  run,
+  startServer,
+} from '../helpers/process.js';
 
-// The README's examples are the service's answers: every `$ curl ...` of its console blocks is
-// run here, in order, with bash and curl, against the service on a store that starts empty, and
-// its output is compared with what the README shows after it.
+// The README and the pages of docs/ are run as a reader runs them: every command of their
+// console blocks, page after page in the order of the README's map, on one fresh store, its
+// output compared with what the page shows after it (docs/development.md says how).
 
-const README_TOKEN = 'dev-token-change-me';
 const README_ORIGIN = 'http://localhost:3000';
+const RECEIVER_PORT = '4000';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-// What the README says it leaves out of every answer it shows.
+// What the pages say they leave out of every answer they show.
 const leftOut = new Set([
   'x-content-type-options',
   'content-security-policy',
@@ -25,41 +34,112 @@ const leftOut = new Set([
   'keep-alive',
 ]);
 
-interface Example {
+// The commands a ```sh block may show, which no test here runs, and why. Keep this list short.
+const notRun: { command: RegExp; why: string }[] = [
+  { command: /^npm ci$/, why: 'it installs the dependencies this test runs with' },
+  {
+    command: /^(TEST_DATABASE_URL=\S+ )?(npm test|npm run build|npx vitest run .+)$/,
+    why: 'the test suite itself, and its build',
+  },
+  {
+    command: /^(DATABASE_URL|OTEL_EXPORTER_OTLP_ENDPOINT)=.* npm start$/,
+    why: 'a server, pooler or collector at the address shown; process.test.ts, pooler.test.ts and tracing.test.ts start the service so',
+  },
+  {
+    command: /^docker /,
+    why: 'a container runtime and an image build; compose.test.ts and image-rehearsal.test.ts hold the files to the pages',
+  },
+  { command: /^kubectl /, why: 'a cluster; deploy.test.ts holds the manifests to the pages' },
+  {
+    command: /^(\w+=\S+ )*(npm run (bench|bench:\w+|soak)|node dist-bench\/bench\/run\.js)$/,
+    why: 'minutes of load on a quiet machine; the pages cite the results files',
+  },
+  {
+    command: /^npm run webhooks:redeliver/,
+    why: "it acts on a deployment's failed deliveries; webhooks-process.test.ts runs it",
+  },
+  {
+    command: /^(rm -rf \.data|psql .*TRUNCATE .*)$/,
+    why: "it empties the reader's own store; this test starts on a fresh one",
+  },
+  {
+    command: /^(systemctl --user start podman\.socket|export \w+=\S+)$/,
+    why: 'the setup of a container runtime for the test suite',
+  },
+];
+
+type Kind = 'run' | 'start' | 'background' | 'shown';
+
+interface Step {
+  page: string;
   line: number;
+  kind: Kind;
   command: string;
   output: string;
 }
 
-/** The commands of the README's console blocks, each with the output shown after it. */
-function readmeExamples(): Example[] {
-  const examples: Example[] = [];
-  let inConsole = false;
-  let current: (Example & { continued: boolean }) | undefined;
+/** The pages in reading order: the README, then docs/ as its map lists them. */
+function pages(): string[] {
+  const readme = projectFile('README.md');
+  const map = readme.slice(readme.indexOf('## Documentation'));
+  return [
+    'README.md',
+    ...[...map.matchAll(/\]\((docs\/[a-z-]+\.md)\)/g)].map(([, page = '']) => page),
+  ];
+}
+
+/** An unfinished command: a trailing backslash, or a double quote still open. */
+function continues(command: string): boolean {
+  return command.endsWith('\\') || (command.replaceAll('\\"', '').split('"').length - 1) % 2 === 1;
+}
+
+/** The commands of a page's console and sh blocks, each with the output shown after it. */
+function stepsOf(page: string): Step[] {
+  const steps: Step[] = [];
+  let block: Kind | undefined;
+  let current: (Step & { open: boolean }) | undefined;
   const finish = () => {
-    if (current) examples.push({ ...current, output: current.output.trimEnd() });
+    if (current) steps.push({ ...current, output: current.output.trimEnd() });
     current = undefined;
   };
-  projectFile('README.md')
+  projectFile(page)
     .split('\n')
     .forEach((text, index) => {
       if (text.startsWith('```')) {
         finish();
-        inConsole = text === '```console';
-      } else if (!inConsole) {
+        const info = text.slice(3).trim();
+        block =
+          info === 'console'
+            ? 'run'
+            : info === 'console background'
+              ? 'background'
+              : info === 'sh'
+                ? 'shown'
+                : undefined;
         return;
-      } else if (current?.continued) {
+      }
+      if (block === undefined) return;
+      if (current?.open) {
         current.command += `\n${text}`;
-        current.continued = text.endsWith('\\');
+        current.open = continues(current.command);
+      } else if (block === 'shown') {
+        const command = text.replace(/\s+#.*$/, '').trim();
+        if (command !== '' && !command.startsWith('#')) {
+          current = { page, line: index + 1, kind: block, command, output: '', open: false };
+          current.open = continues(command);
+          if (!current.open) finish();
+        }
       } else if (text.startsWith('$ ')) {
         finish();
-        current = { line: index + 1, command: text.slice(2), output: '', continued: false };
-        current.continued = text.endsWith('\\');
+        const command = text.slice(2);
+        const kind = block === 'run' && /\bnpm start$/.test(command) ? 'start' : block;
+        current = { page, line: index + 1, kind, command, output: '', open: continues(command) };
       } else if (current) {
         current.output += `${text}\n`;
       }
     });
-  return examples;
+  finish();
+  return steps;
 }
 
 interface HttpAnswer {
@@ -81,46 +161,166 @@ function parseAnswer(text: string): HttpAnswer {
   };
 }
 
-const examples = readmeExamples().filter(({ command }) => command.includes('curl'));
+/**
+ * The log messages a start shows, as patterns: numbers and the data directory's path vary.
+ * The build's lines are npm's prestart, which this run has done already.
+ */
+function shownMessages(output: string): RegExp[] {
+  return output
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .filter((line) => testEngine() === 'pglite' || !line.includes('"engine":"pglite"'))
+    .map((line) => /"msg":"((?:[^"\\]|\\.)*)"/.exec(line)?.[1] ?? '')
+    .map((message) =>
+      message
+        .replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+        .replace('/home/me/plant-store/\\.data', '.+')
+        .replace(/\d+/g, '\\d+'),
+    )
+    .map((pattern) => new RegExp(`"msg":"${pattern}"`));
+}
 
-describe('the README', () => {
-  let t: TestApp;
-  let origin: string;
+async function waitFor(condition: () => boolean, withinMs: number): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!condition() && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+const steps = pages().flatMap(stepsOf);
+
+describe('the README and docs/', () => {
+  let scratch: string;
+  let database: ScratchDatabase | undefined;
+  let port: string;
+  let receiverPort: string;
+  let service: RunningProcess | undefined;
+  const background: (RunningProcess & Step)[] = [];
+
+  // A command as it runs here: the service and the receiver at the ports of this test.
+  const local = (command: string) =>
+    command
+      .replaceAll(README_ORIGIN, `http://127.0.0.1:${port}`)
+      .replaceAll(`localhost:${RECEIVER_PORT}`, `localhost:${receiverPort}`)
+      .replaceAll(`listen(${RECEIVER_PORT})`, `listen(${receiverPort})`);
+
+  const stopService = async () => {
+    if (!service) return;
+    service.child.kill('SIGINT');
+    await service.exited;
+    service = undefined;
+  };
 
   beforeAll(async () => {
-    t = await startTestApp({ env: { API_TOKENS: README_TOKEN } });
-    await t.app.listen({ port: 0, host: '127.0.0.1' });
-    origin = `http://127.0.0.1:${(t.app.server.address() as { port: number }).port}`;
+    // A reader's directory: the project's build and packages, and nothing of theirs.
+    scratch = mkdtempSync(join(tmpdir(), 'plant-store-readme-'));
+    symlinkSync(join(projectRoot, 'dist'), join(scratch, 'dist'));
+    symlinkSync(join(projectRoot, 'node_modules'), join(scratch, 'node_modules'));
+    if (testEngine() === 'postgres') database = await createScratchDatabase({ migrated: false });
+    port = String(await freePort());
+    receiverPort = String(await freePort());
   });
-  afterAll(() => t.close());
-
-  it('shows examples to check', () => {
-    expect(examples.length).toBeGreaterThan(10);
+  afterAll(async () => {
+    await stopService();
+    for (const running of background) {
+      if (running.child.exitCode === null) process.kill(-(running.child.pid ?? 0), 'SIGKILL');
+    }
+    await database?.drop();
+    rmSync(scratch, { recursive: true, force: true });
   });
 
-  it.each(examples)('answers as it shows at line $line', async ({ command, output }) => {
-    const { stdout } = await promisify(execFile)(
-      'bash',
-      ['-c', command.replaceAll(README_ORIGIN, origin)],
-      { env: { PATH: process.env.PATH ?? '' } },
-    );
-    if (!output.startsWith('HTTP/')) {
-      expect(stdout.trimEnd()).toBe(output);
-      return;
+  it('runs the commands of every page', () => {
+    expect(steps.filter(({ kind }) => kind !== 'shown').length).toBeGreaterThan(30);
+    expect(new Set(steps.map(({ page }) => page)).size).toBeGreaterThan(5);
+  });
+
+  it.each(steps.filter(({ kind }) => kind === 'shown'))(
+    '$page line $line shows only a command that cannot run here',
+    ({ command }) => {
+      expect(
+        notRun.some((entry) => entry.command.test(command.replaceAll(/\\\n\s*/g, ''))),
+        command,
+      ).toBe(true);
+    },
+  );
+
+  const runSteps = steps.filter(({ kind }) => kind !== 'shown');
+  it.each(runSteps)(
+    '$page line $line answers as it shows',
+    async (step) => {
+      const env: Record<string, string> = { HOME: scratch };
+      if (step.kind === 'start') {
+        await stopService();
+        if (database?.url) env.DATABASE_URL = database.url;
+        const started = await startServer(
+          { ...env, PORT: port, HOST: '127.0.0.1' },
+          {
+            command: 'bash',
+            args: ['-c', local(step.command).replace(/npm start$/, 'exec node dist/server.js')],
+            cwd: scratch,
+          },
+        );
+        service = started;
+        for (const message of shownMessages(step.output)) {
+          expect(
+            started.stdout.some((line) => message.test(line)),
+            String(message),
+          ).toBe(true);
+        }
+        return;
+      }
+      if (step.kind === 'background') {
+        background.push({
+          ...run('bash', ['-c', local(step.command)], env, { cwd: scratch, detached: true }),
+          ...step,
+        });
+        return;
+      }
+      const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>(
+        (resolve) => {
+          const child = spawn('bash', ['-c', local(step.command)], {
+            cwd: scratch,
+            env: { PATH: process.env.PATH ?? '', ...env },
+          });
+          let out = '';
+          let err = '';
+          child.stdout.on('data', (chunk: Buffer) => (out += chunk));
+          child.stderr.on('data', (chunk: Buffer) => (err += chunk));
+          child.on('close', () => resolve({ stdout: out, stderr: err }));
+        },
+      );
+      // A command that only fails prints on stderr, as the reader's terminal shows it.
+      const printed = stdout === '' ? stderr : stdout;
+      if (!step.output.startsWith('HTTP/')) {
+        expect(printed.trimEnd()).toBe(step.output);
+        return;
+      }
+      const shown = parseAnswer(step.output);
+      const answer = parseAnswer(printed);
+      expect(answer.status).toBe(shown.status);
+      expect(answer.body).toBe(shown.body);
+      for (const [name, value] of shown.headers) {
+        const sent = answer.headers.find(([candidate]) => candidate === name)?.[1];
+        if (name === 'x-request-id') expect(sent).toMatch(UUID);
+        else expect(sent, name).toBe(value);
+      }
+      const unshown = answer.headers
+        .filter(([name]) => !shown.headers.some(([candidate]) => candidate === name))
+        .map(([name, value]) => (name === 'connection' ? `${name}: ${value}` : name))
+        .filter((header) => !leftOut.has(header));
+      expect(unshown).toStrictEqual([]);
+    },
+    120_000,
+  );
+
+  it('prints in the background what the pages show', async () => {
+    expect(background.length).toBeGreaterThan(0);
+    for (const running of background) {
+      const lines = running.output.split('\n');
+      await waitFor(() => lines.every((line) => running.stdout.includes(line)), 10_000);
+      expect(running.stdout, `${running.page} line ${running.line}`).toEqual(
+        expect.arrayContaining(lines),
+      );
     }
-    const shown = parseAnswer(output);
-    const answer = parseAnswer(stdout);
-    expect(answer.status).toBe(shown.status);
-    expect(answer.body).toBe(shown.body);
-    for (const [name, value] of shown.headers) {
-      const sent = answer.headers.find(([candidate]) => candidate === name)?.[1];
-      if (name === 'x-request-id') expect(sent).toMatch(UUID);
-      else expect(sent, name).toBe(value);
-    }
-    const unshown = answer.headers
-      .filter(([name]) => !shown.headers.some(([candidate]) => candidate === name))
-      .map(([name, value]) => (name === 'connection' ? `${name}: ${value}` : name))
-      .filter((header) => !leftOut.has(header));
-    expect(unshown).toStrictEqual([]);
   });
 });
