@@ -1,5 +1,15 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, index, integer, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
+import {
+  bigint,
+  boolean,
+  check,
+  index,
+  integer,
+  pgTable,
+  text,
+  timestamp,
+  uuid,
+} from 'drizzle-orm/pg-core';
 
 export const plants = pgTable(
   'plants',
@@ -48,5 +58,29 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_due_idx')
       .on(table.url, table.nextAttemptAt)
       .where(sql`${table.failedAt} is null`),
+  ],
+);
+
+// ---- Failed authentications (migration auth_failures, a custom one: the table is UNLOGGED,
+// which the schema cannot say). The count a crash loses is a minute's worth at most. ----
+
+/**
+ * Failed authentications per client address (see clientKeyOf), shared by every replica:
+ * written only when an authentication fails, read once a second for the throttled addresses.
+ */
+export const authFailures = pgTable(
+  'auth_failures',
+  {
+    address: text('address').primaryKey(),
+    /** Failures within the window. */
+    failures: integer('failures').notNull(),
+    /** The window began at the first of them, and ends then. */
+    windowEnds: timestamp('window_ends', { withTimezone: true }).notNull(),
+    /** The failures reached the limit: the address is refused until `window_ends`. */
+    throttled: boolean('throttled').notNull(),
+  },
+  (table) => [
+    // What every replica reads once a second: a range scan of the throttled rows only.
+    index('auth_failures_throttled_idx').on(table.windowEnds).where(sql`${table.throttled}`),
   ],
 );

@@ -1,0 +1,93 @@
+import { sql } from 'drizzle-orm';
+import { createBatchQueue } from './batch-queue.js';
+import type { Database } from './client.js';
+import { prepareStatement } from './prepared.js';
+import { authFailures as table } from './schema.js';
+
+export interface AuthFailureCountsOptions {
+  /** Failures that throttle an address. */
+  limit: number;
+  windowMs: number;
+}
+
+type CountRow = { address: string; failures: number; remaining_ms: number };
+
+/**
+ * The failed authentications of every replica, counted in the `auth_failures` table. Windows
+ * are timed by the database's clock, so replicas whose clocks differ agree on them. Failures
+ * that arrive together are counted by one statement, one at a time, so that a flood of bad
+ * tokens holds one pooled connection at most; beyond 10,000 waiting, a failure is refused
+ * (QueueFullError) and its caller counts it elsewhere.
+ */
+export function createAuthFailureCounts(db: Database, options: AuthFailureCountsOptions) {
+  const remainingMs = sql`ceil(extract(epoch from ${table.windowEnds} - now()) * 1000)::int4`;
+  const record = prepareStatement<CountRow>(
+    db,
+    'auth_failures_record',
+    sql`insert into ${table} as counted (address, failures, window_ends, throttled)
+        select input.address, input.failures,
+               now() + ${sql.placeholder('windowMs')}::int4 * interval '1 millisecond',
+               input.failures >= ${sql.placeholder('limit')}::int4
+          from unnest(${sql.placeholder('addresses')}::text[], ${sql.placeholder('counts')}::int4[])
+               as input(address, failures)
+        on conflict (address) do update set
+          failures = case when counted.window_ends > now()
+            then counted.failures + excluded.failures else excluded.failures end,
+          window_ends = case when counted.window_ends > now()
+            then counted.window_ends else excluded.window_ends end,
+          throttled = case when counted.window_ends > now()
+            then counted.failures + excluded.failures >= ${sql.placeholder('limit')}::int4
+            else excluded.throttled end
+        returning address, failures, ${remainingMs} as remaining_ms`,
+  );
+  const throttled = prepareStatement<Omit<CountRow, 'failures'>>(
+    db,
+    'auth_failures_throttled',
+    sql`select address, ${remainingMs} as remaining_ms from ${table}
+         where throttled and window_ends > now()`,
+  );
+  const forget = prepareStatement(
+    db,
+    'auth_failures_forget',
+    sql`delete from ${table} where window_ends <= now()`,
+  );
+
+  const failures = createBatchQueue<string, { failures: number; remainingMs: number }>(
+    {
+      async run(batch) {
+        const byAddress = new Map<string, typeof batch>();
+        for (const pending of batch) {
+          const same = byAddress.get(pending.item);
+          if (same) same.push(pending);
+          else byAddress.set(pending.item, [pending]);
+        }
+        const rows = await record.execute({
+          addresses: [...byAddress.keys()],
+          counts: [...byAddress.values()].map((pending) => pending.length),
+          limit: options.limit,
+          windowMs: options.windowMs,
+        });
+        for (const row of rows) {
+          const pending = byAddress.get(row.address) ?? [];
+          // The batch's failures of one address are counted in the order they arrived.
+          const before = row.failures - pending.length;
+          for (const [index, { resolve }] of pending.entries()) {
+            resolve({ failures: before + index + 1, remainingMs: row.remaining_ms });
+          }
+        }
+      },
+    },
+    { maxBatchSize: 500, maxConcurrentBatches: 1, maxQueued: 10_000 },
+  );
+
+  return {
+    recordFailure: (address: string) => failures.add(address),
+    async throttled() {
+      const rows = await throttled.execute({});
+      return rows.map(({ address, remaining_ms }) => ({ address, remainingMs: remaining_ms }));
+    },
+    async forgetExpired() {
+      await forget.execute({});
+    },
+  };
+}
