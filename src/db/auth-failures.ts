@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { createBatchQueue } from './batch-queue.js';
 import type { Database } from './client.js';
+import { isDatabaseUnavailable, sqlStateOf } from './errors.js';
 import { prepareStatement } from './prepared.js';
 import { authFailures as table } from './schema.js';
 
@@ -8,6 +9,13 @@ export interface AuthFailureCountsOptions {
   /** Failures that throttle an address. */
   limit: number;
   windowMs: number;
+}
+
+/** A failure to log: the statement's name and why, never its parameters (client addresses). */
+function loggable(statement: string, error: unknown): Error {
+  const state = sqlStateOf(error);
+  if (isDatabaseUnavailable(error)) return new Error(`${statement}: the database is unavailable`);
+  return new Error(`${statement} failed${state ? ` with SQLSTATE ${state}` : ''}`);
 }
 
 type CountRow = { address: string; failures: number; remaining_ms: number };
@@ -20,7 +28,7 @@ type CountRow = { address: string; failures: number; remaining_ms: number };
  * (QueueFullError) and its caller counts it elsewhere.
  */
 export function createAuthFailureCounts(db: Database, options: AuthFailureCountsOptions) {
-  const remainingMs = sql`ceil(extract(epoch from ${table.windowEnds} - now()) * 1000)::int4`;
+  const remainingMs = sql`ceil(extract(epoch from window_ends - now()) * 1000)::int4`;
   const record = prepareStatement<CountRow>(
     db,
     'auth_failures_record',
@@ -61,12 +69,16 @@ export function createAuthFailureCounts(db: Database, options: AuthFailureCounts
           if (same) same.push(pending);
           else byAddress.set(pending.item, [pending]);
         }
-        const rows = await record.execute({
-          addresses: [...byAddress.keys()],
-          counts: [...byAddress.values()].map((pending) => pending.length),
-          limit: options.limit,
-          windowMs: options.windowMs,
-        });
+        const rows = await record
+          .execute({
+            addresses: [...byAddress.keys()],
+            counts: [...byAddress.values()].map((pending) => pending.length),
+            limit: options.limit,
+            windowMs: options.windowMs,
+          })
+          .catch((error) => {
+            throw loggable('auth_failures_record', error);
+          });
         for (const row of rows) {
           const pending = byAddress.get(row.address) ?? [];
           // The batch's failures of one address are counted in the order they arrived.

@@ -86,7 +86,8 @@ export class RowRejectedError extends Error {
   }
 }
 
-function sqlStateOf(error: unknown): string | undefined {
+/** The SQLSTATE of `error` or of an error in its `cause` chain. */
+export function sqlStateOf(error: unknown): string | undefined {
   for (let current = error, depth = 0; current && depth < 8; depth++) {
     const { code, cause } = current as { code?: unknown; cause?: unknown };
     if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;

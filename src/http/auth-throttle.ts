@@ -80,7 +80,7 @@ export class LocalFailureCounts {
 /**
  * Throttles failed authentication per client address for the whole service. Failures are
  * counted in the shared store, which answers each with its count across every replica; each
- * replica keeps the addresses throttled now in memory, refreshed from the store about once a
+ * replica keeps the addresses throttled now in memory, refreshed from the store twice a
  * second, so a request is checked without any I/O and an address throttled through one
  * replica is refused by all within a second.
  *
@@ -167,7 +167,8 @@ export function createFailureThrottle(options: FailureThrottleOptions): FailureT
       return failures > limit ? seconds(remainingMs) : undefined;
     },
     start() {
-      timer ??= setInterval(refresh, options.refreshMs ?? 800).unref();
+      // Twice a second, so that a throttle reaches every replica within a second, query included.
+      timer ??= setInterval(refresh, options.refreshMs ?? 500).unref();
     },
     stop() {
       clearInterval(timer);
