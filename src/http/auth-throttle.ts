@@ -35,8 +35,11 @@ export interface FailureThrottleOptions {
 }
 
 export interface FailureThrottle {
-  /** Seconds until `ip` may try again, or undefined when it is not throttled: no I/O. */
-  retryAfter(ip: string): number | undefined;
+  /**
+   * Seconds until the client may try again, or undefined when it is not throttled: no I/O, and
+   * its address is not even read while no address is throttled.
+   */
+  retryAfter(client: { readonly ip: string }): number | undefined;
   /**
    * Counts a failed authentication of `ip`. Resolves with the seconds until it may try again
    * when this failure is over the limit (another replica counted the last ones), else undefined.
@@ -86,8 +89,8 @@ export class LocalFailureCounts {
  *
  * Until the service has opened its database, and whenever the store fails (the database is
  * unreachable, or too many failures wait for it), a failure is counted in this process's memory
- * instead: the address is still throttled, per replica, and the answer stays a 401. Those
- * failures never reach the shared count.
+ * instead, never in the shared count: the address is still throttled, per replica, and a
+ * failure is answered 401 (429 over the limit), never 500.
  */
 export function createFailureThrottle(options: FailureThrottleOptions): FailureThrottle {
   const { limit, ipv6Prefix, store, log } = options;
@@ -134,9 +137,9 @@ export function createFailureThrottle(options: FailureThrottleOptions): FailureT
     if (shared === undefined || refreshing) return;
     refreshing = true;
     try {
-      for (const { address, remainingMs } of await shared.throttled()) {
-        throttle(address, remainingMs, now);
-      }
+      const throttled = await shared.throttled();
+      const answeredAt = Date.now();
+      for (const { address, remainingMs } of throttled) throttle(address, remainingMs, answeredAt);
       if (countedSinceSweep && now >= nextSweep) {
         countedSinceSweep = false;
         nextSweep = now + options.windowMs;
@@ -150,9 +153,9 @@ export function createFailureThrottle(options: FailureThrottleOptions): FailureT
   }
 
   return {
-    retryAfter(ip) {
+    retryAfter(client) {
       if (throttledUntil.size === 0) return undefined;
-      const address = clientKeyOf(ip, ipv6Prefix);
+      const address = clientKeyOf(client.ip, ipv6Prefix);
       const until = throttledUntil.get(address);
       if (until === undefined) return undefined;
       const remainingMs = until - Date.now();

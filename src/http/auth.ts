@@ -163,7 +163,7 @@ export async function requireBearerToken(
         return;
       }
       // A throttled address is known in memory: checking one costs no I/O.
-      const retryAfter = throttle?.retryAfter(request.ip);
+      const retryAfter = throttle?.retryAfter(request);
       if (retryAfter !== undefined) {
         done(tooManyFailures(retryAfter));
         return;

@@ -193,8 +193,8 @@ describe('the failure throttle', () => {
     try {
       throttled.push({ address: '2001:db8:1:2::/64', remainingMs: 30_000 });
       await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(throttle.retryAfter('2001:db8:1:2:ffff::1')).toBe(30);
-      expect(throttle.retryAfter('2001:db8:1:3::1')).toBeUndefined();
+      expect(throttle.retryAfter({ ip: '2001:db8:1:2:ffff::1' })).toBe(30);
+      expect(throttle.retryAfter({ ip: '2001:db8:1:3::1' })).toBeUndefined();
     } finally {
       throttle.stop();
     }
