@@ -23,9 +23,9 @@ type CountRow = { address: string; failures: number; remaining_ms: number };
 /**
  * The failed authentications of every replica, counted in the `auth_failures` table. Windows
  * are timed by the database's clock, so replicas whose clocks differ agree on them. Failures
- * that arrive together are counted by one statement, one at a time, so that a flood of bad
- * tokens holds one pooled connection at most; beyond 10,000 waiting, a failure is refused
- * (QueueFullError) and its caller counts it elsewhere.
+ * that arrive together are counted by one statement, and one such statement runs at a time,
+ * so a flood of bad tokens holds one pooled connection at most; beyond 10,000 waiting, a
+ * failure is refused (QueueFullError) and its caller counts it elsewhere.
  */
 export function createAuthFailureCounts(db: Database, options: AuthFailureCountsOptions) {
   const remainingMs = sql`ceil(extract(epoch from window_ends - now()) * 1000)::int4`;
