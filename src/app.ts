@@ -2,6 +2,7 @@ import type { TSchema } from '@sinclair/typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import { createTokenVerifier } from './http/auth.js';
+import type { AuthFailureStore } from './http/auth-throttle.js';
 import {
   awaitTurn,
   bodyStillArriving,
@@ -34,6 +35,8 @@ export interface AppOptions {
   /** The plant store; throws (503) while the service has not opened its database yet. */
   plants: () => PlantRepository;
   checkReadiness: ReadinessCheck;
+  /** Where failed authentications are counted for every replica, once the database is open. */
+  authFailures?: () => AuthFailureStore | undefined;
   /** True once the process is shutting down: /readyz answers 503, answers close their connection. */
   isStopping?: () => boolean;
   /** Request metrics are counted when given, and served at /metrics unless METRICS_PORT is set. */
@@ -121,7 +124,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(plantRoutes, {
     plants: options.plants,
     verifyToken: createTokenVerifier(tokens),
-    limits,
+    limits: { ...limits, failureStore: options.authFailures },
     answerWithinMs: options.config.database.statementTimeoutMs,
   });
   refuseUnservedMethods();

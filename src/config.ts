@@ -40,6 +40,7 @@ export const EnvironmentSchema = Type.Object({
   READ_CONCURRENCY: integer(1, 1000, 4),
   READ_QUEUE_MAX: integer(1, 1_000_000, 10_000),
   AUTH_FAILURE_LIMIT: integer(0, 1_000_000, 30),
+  AUTH_FAILURE_IPV6_PREFIX: integer(1, 128, 64),
   TOKEN_RATE_LIMIT: integer(0, 100_000_000, 0),
   RATE_LIMIT_WINDOW_MS: integer(1000, 86_400_000, 60_000),
   TRUST_PROXY: Type.String({ minLength: 1, default: 'false' }),
@@ -305,6 +306,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
       tokens: apiTokens,
       /** Failed authentications per client address and window before 429; 0 switches it off. */
       failuresPerAddress: environment.AUTH_FAILURE_LIMIT,
+      /** IPv6 clients are counted per network of this prefix length: one subscriber holds a /64. */
+      ipv6Prefix: environment.AUTH_FAILURE_IPV6_PREFIX,
       /** Requests per token and window before 429; 0 switches it off. */
       requestsPerToken: environment.TOKEN_RATE_LIMIT,
       windowMs: environment.RATE_LIMIT_WINDOW_MS,

@@ -1,9 +1,11 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
+import { createAuthFailureCounts } from './db/auth-failures.js';
 import { type AppDatabase, describeDatabase, openDatabase } from './db/client.js';
 import { failureForLog, isDatabaseUnavailable } from './db/errors.js';
 import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
+import type { AuthFailureStore } from './http/auth-throttle.js';
 import { HttpError } from './http/errors.js';
 import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.js';
 import { createLogger } from './logger.js';
@@ -70,6 +72,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
   const logger = deps.logger ?? createLogger(config.logLevel);
   let database = deps.database;
   let repository: PlantRepository | undefined;
+  let authFailures: AuthFailureStore | undefined;
   let dispatcher: Dispatcher | undefined;
   let metricsServer: FastifyInstance | undefined;
   let stopping = false;
@@ -95,6 +98,9 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       if (repository === undefined) throw starting();
       return repository;
     },
+    // Until open() has made it, each failure is counted in memory: a guess must not go uncounted
+    // while the service starts, and the count cannot be shared before the database answers.
+    authFailures: () => authFailures,
     checkReadiness: async () =>
       database && repository ? schemaStatus(database.db, latestMillis) : 'starting',
     isStopping: deps.isStopping ? () => stopping || deps.isStopping?.() === true : () => stopping,
@@ -143,6 +149,10 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       logger.info({ migrations: applied }, describeMigrations(applied, 'the database'));
     }
     if (stopping) return;
+    authFailures = createAuthFailureCounts(db.db, {
+      limit: config.auth.failuresPerAddress,
+      windowMs: config.auth.windowMs,
+    });
     const webhooks = config.webhooks;
     repository = deps.repository
       ? deps.repository(db)

@@ -2,6 +2,7 @@ import { hash } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { type AuthFailureStore, createFailureThrottle } from './auth-throttle.js';
 import { HttpError } from './errors.js';
 
 /** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
@@ -62,12 +63,25 @@ function tooManyRequests(message: string, retryAfterSeconds: number): HttpError 
   return new HttpError(429, message, { 'retry-after': String(Math.max(1, retryAfterSeconds)) });
 }
 
+const tooManyFailures = (retryAfterSeconds: number) =>
+  tooManyRequests(
+    'too many failed authentication attempts from this address; retry later',
+    retryAfterSeconds,
+  );
+
 export interface AuthLimits {
   /** Failed authentications one client address may make per window; 0 means no limit. */
   failuresPerAddress: number;
+  /** IPv6 clients are counted per network of this many bits (see clientKeyOf). */
+  ipv6Prefix: number;
   /** Requests one token may make per window; 0 means no limit. */
   requestsPerToken: number;
   windowMs: number;
+  /**
+   * Where failures are counted for every replica, once the service has opened its database;
+   * without it, each replica counts in its own memory.
+   */
+  failureStore?: (() => AuthFailureStore | undefined) | undefined;
 }
 
 /**
@@ -76,8 +90,8 @@ export interface AuthLimits {
  *
  * A client address that fails `failuresPerAddress` times within a window gets 429 for every
  * request until the window passes, even with a valid token (else a 200 among the 429s would
- * still tell a guesser that a token is right). An optional per-token limit caps clients that
- * authenticate.
+ * still tell a guesser that a token is right); the count is the service's, across replicas
+ * (see createFailureThrottle). An optional per-token limit caps clients that authenticate.
  */
 export async function requireBearerToken(
   scope: FastifyInstance,
@@ -85,14 +99,20 @@ export async function requireBearerToken(
   limits: AuthLimits,
 ): Promise<void> {
   await scope.register(rateLimit, { global: false });
-  const failures =
+  const throttle =
     limits.failuresPerAddress > 0
-      ? scope.createRateLimit({
-          max: limits.failuresPerAddress,
-          timeWindow: limits.windowMs,
-          keyGenerator: (request) => request.ip,
+      ? createFailureThrottle({
+          limit: limits.failuresPerAddress,
+          windowMs: limits.windowMs,
+          ipv6Prefix: limits.ipv6Prefix,
+          store: limits.failureStore ?? (() => undefined),
+          log: scope.log,
         })
       : undefined;
+  if (throttle) {
+    scope.addHook('onReady', async () => throttle.start());
+    scope.addHook('onClose', async () => throttle.stop());
+  }
   const perToken =
     limits.requestsPerToken > 0
       ? scope.createRateLimit({
@@ -103,24 +123,14 @@ export async function requireBearerToken(
             hash('sha256', bearerTokenOf(request.headers.authorization) ?? '', 'hex'),
         })
       : undefined;
-  const recentFailures = new FailedAddresses(limits.windowMs);
 
-  /** The checks that need the rate limiter's store; they answer by throwing. */
+  /** The checks that may wait for a store; they answer by throwing. */
   async function checkWithStore(request: FastifyRequest, reply: FastifyReply, passed: boolean) {
-    if (failures && recentFailures.mayBeLimited(request.ip)) {
-      const state = await failures(request, { increment: false });
-      if (!state.isAllowed && state.remaining === 0) {
-        throw tooManyRequests(
-          'too many failed authentication attempts from this address; retry later',
-          state.ttlInSeconds,
-        );
-      }
-    }
     if (!passed) {
       // The body was never read; closing spares the server from draining it.
       reply.header('connection', 'close');
-      recentFailures.add(request.ip);
-      await failures?.(request);
+      const retryAfter = await throttle?.recordFailure(request.ip);
+      if (retryAfter !== undefined) throw tooManyFailures(retryAfter);
       throw unauthorized(request);
     }
     if (perToken) {
@@ -152,53 +162,19 @@ export async function requireBearerToken(
         done(error);
         return;
       }
+      // A throttled address is known in memory: checking one costs no I/O.
+      const retryAfter = throttle?.retryAfter(request);
+      if (retryAfter !== undefined) {
+        done(tooManyFailures(retryAfter));
+        return;
+      }
       const passed = error === undefined;
-      // Only an address that failed within a window can be over the limit: a valid token from
-      // any other address is through without asking the store.
-      if (passed && !perToken && !(failures && recentFailures.mayBeLimited(request.ip))) {
+      // A valid token from an address that is not throttled is through without any store.
+      if (passed && !perToken) {
         done();
         return;
       }
       checkWithStore(request, reply, passed).then(() => done(), done);
     });
   });
-}
-
-/**
- * The client addresses that failed to authenticate within the last window, so that the others
- * need not ask the rate limiter's store. It holds at most `capacity` addresses: a failure it
- * cannot record makes every address ask the store until a window has passed since, so its
- * memory stays bounded and no limited address is let through.
- */
-export class FailedAddresses {
-  private readonly until = new Map<string, number>();
-  private unrecordedUntil = 0;
-  private nextSweep = 0;
-
-  constructor(
-    private readonly windowMs: number,
-    private readonly capacity = 10_000,
-  ) {}
-
-  add(address: string, now = Date.now()): void {
-    if (this.until.size >= this.capacity && now >= this.nextSweep) {
-      for (const [known, until] of this.until) if (until <= now) this.until.delete(known);
-      this.nextSweep = now + 1000;
-    }
-    if (this.until.size < this.capacity || this.until.has(address)) {
-      // The store's window for the address began at or before this failure: it ends earlier.
-      this.until.set(address, now + this.windowMs);
-    } else {
-      this.unrecordedUntil = now + this.windowMs;
-    }
-  }
-
-  mayBeLimited(address: string, now = Date.now()): boolean {
-    if (now < this.unrecordedUntil) return true;
-    const until = this.until.get(address);
-    if (until === undefined) return false;
-    if (until > now) return true;
-    this.until.delete(address);
-    return false;
-  }
 }

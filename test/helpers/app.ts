@@ -38,6 +38,8 @@ export interface TestAppOptions {
   env?: Record<string, string>;
   /** Apply the migrations to the scratch database first (the default). */
   migrated?: boolean;
+  /** Another replica of `replicaOf`: on its database, which closing this one leaves in place. */
+  replicaOf?: TestApp;
   /** A server to use instead of the scratch database (e.g. an unreachable one). */
   databaseUrl?: string;
   repository?: (database: AppDatabase) => PlantRepository;
@@ -69,7 +71,9 @@ export const batching: RepositoryOptions = {
 
 /** The service built as in production (createService), on a fresh database of its own. */
 export async function startTestApp(options: TestAppOptions = {}): Promise<TestApp> {
-  const database = await createScratchDatabase({ migrated: options.migrated ?? true });
+  const database =
+    options.replicaOf?.database ??
+    (await createScratchDatabase({ migrated: options.migrated ?? true }));
   const logs: string[] = [];
   const logger = createLogger(
     'info',
@@ -108,7 +112,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     dispatcher: service.dispatcher,
     async close() {
       await service.close();
-      await database.drop();
+      if (!options.replicaOf) await database.drop();
     },
   };
 }

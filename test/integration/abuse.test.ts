@@ -82,6 +82,141 @@ describe('behind a trusted proxy', () => {
   });
 });
 
+/** A request with a bad token (or `authorization`) from `client`, through a trusted proxy. */
+const viaProxy = (t: TestApp, client: string, authorization = 'Bearer nope') =>
+  t.app.inject({
+    method: 'GET',
+    url: '/plants/1',
+    remoteAddress: '127.0.0.1',
+    headers: { 'x-forwarded-for': client, authorization },
+  });
+
+const statusesOf = async (responses: Array<() => Promise<{ statusCode: number }>>) => {
+  const statuses = [];
+  for (const send of responses) statuses.push((await send()).statusCode);
+  return statuses;
+};
+
+describe('the client address that failures count against', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ env: { AUTH_FAILURE_LIMIT: '3', TRUST_PROXY: '127.0.0.1' } });
+  });
+  afterAll(() => t.close());
+
+  it('is the /64 of an IPv6 client: its addresses share one count', async () => {
+    const addresses = Array.from({ length: 120 }, (_, i) => `2001:db8:1:2:${i.toString(16)}::1`);
+    const statuses = await statusesOf(addresses.map((client) => () => viaProxy(t, client)));
+    expect(statuses).toStrictEqual([401, 401, 401, ...Array(117).fill(429)]);
+    expect((await viaProxy(t, '2001:db8:1:3::1')).statusCode).toBe(401);
+    expect(
+      await t.database.query(
+        "select failures, throttled from auth_failures where address = '2001:db8:1:2::/64'",
+      ),
+    ).toStrictEqual([{ failures: 3, throttled: true }]);
+  });
+
+  it('is the IPv4 address of an IPv4-mapped IPv6 address', async () => {
+    const statuses = await statusesOf(
+      ['::ffff:198.51.100.4', '198.51.100.4', '::FFFF:C633:6404', '198.51.100.4'].map(
+        (client) => () => viaProxy(t, client),
+      ),
+    );
+    expect(statuses).toStrictEqual([401, 401, 401, 429]);
+  });
+});
+
+describe('one IPv6 address', () => {
+  it('counts once however it is spelled', async () => {
+    const t = await startTestApp({
+      env: { AUTH_FAILURE_LIMIT: '5', TRUST_PROXY: '127.0.0.1', AUTH_FAILURE_IPV6_PREFIX: '128' },
+    });
+    try {
+      const spellings = [
+        '2001:db8::7',
+        '2001:0db8:0000:0000:0000:0000:0000:0007',
+        '2001:DB8::7',
+        '2001:db8:0:0::0:7',
+        '2001:db8::7%eth0',
+      ];
+      const statuses = await statusesOf(spellings.map((client) => () => viaProxy(t, client)));
+      expect(statuses).toStrictEqual([401, 401, 401, 401, 401]);
+      expect((await viaProxy(t, '2001:0DB8::0007')).statusCode).toBe(429);
+      // With a /128 prefix, the neighbour is a client of its own.
+      expect((await viaProxy(t, '2001:db8::8')).statusCode).toBe(401);
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('two replicas on one database', () => {
+  let first: TestApp;
+  let second: TestApp;
+  beforeAll(async () => {
+    const env = { AUTH_FAILURE_LIMIT: '3', TRUST_PROXY: '127.0.0.1' };
+    first = await startTestApp({ env });
+    second = await startTestApp({ env, replicaOf: first });
+  });
+  afterAll(async () => {
+    await second.close();
+    await first.close();
+  });
+
+  it('allow the limit between them, not the limit each', async () => {
+    const client = '203.0.113.50';
+    const statuses = await statusesOf([
+      () => viaProxy(first, client),
+      () => viaProxy(second, client),
+      () => viaProxy(first, client),
+      () => viaProxy(second, client),
+      () => viaProxy(first, client),
+    ]);
+    expect(statuses).toStrictEqual([401, 401, 401, 429, 429]);
+  });
+
+  it('refuse, within a second, an address that failed through the other one', async () => {
+    const client = '203.0.113.51';
+    const valid = `Bearer ${TOKEN}`;
+    expect((await viaProxy(second, client, valid)).statusCode).toBe(404);
+    for (let i = 0; i < 3; i++) expect((await viaProxy(first, client)).statusCode).toBe(401);
+    const throttled = Date.now();
+    let response = await viaProxy(second, client, valid);
+    while (response.statusCode !== 429 && Date.now() - throttled < 3000) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      response = await viaProxy(second, client, valid);
+    }
+    expect(response.statusCode).toBe(429);
+    expect(Date.now() - throttled).toBeLessThan(1000);
+    expect(Number(response.headers['retry-after'])).toBeGreaterThanOrEqual(58);
+  });
+});
+
+describe('while the database is unreachable', () => {
+  it('failed authentication still answers 401, and is throttled per replica', async () => {
+    const t = await startTestApp({
+      databaseUrl: 'postgres://postgres@127.0.0.1:1/none',
+      env: { AUTH_FAILURE_LIMIT: '2' },
+    });
+    try {
+      const send = () =>
+        t.app.inject({
+          method: 'GET',
+          url: '/plants/1',
+          headers: { authorization: 'Bearer nope' },
+        });
+      expect(await statusesOf([send, send, send])).toStrictEqual([401, 401, 429]);
+      // Said once, with the statement's name and not its parameters (the client's address).
+      const said = t.logs.filter((line) => line.includes('counted per replica'));
+      expect(said).toHaveLength(1);
+      expect(said[0]).toContain('auth_failures_record');
+      expect(said[0]).not.toContain('127.0.0.1');
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('authenticated traffic', () => {
   it('is not throttled by default', async () => {
     const t = await startTestApp();

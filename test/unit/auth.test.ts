@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { bearerTokenOf, createTokenVerifier, FailedAddresses } from '../../src/http/auth.js';
+import { bearerTokenOf, createTokenVerifier } from '../../src/http/auth.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -64,33 +64,5 @@ describe('bearerTokenOf', () => {
     expect(bearerTokenOf('Bearer \u00a0abc')).toBe('\u00a0abc');
     expect(bearerTokenOf('Bearer abc\u00a0')).toBe('abc\u00a0');
     expect(bearerTokenOf('Bearer abc\u2003')).toBe('abc\u2003');
-  });
-});
-
-describe('FailedAddresses', () => {
-  const WINDOW = 60_000;
-
-  it('names an address that failed as possibly limited until its window has passed', () => {
-    const failed = new FailedAddresses(WINDOW);
-    expect(failed.mayBeLimited('10.0.0.1', 0)).toBe(false);
-    failed.add('10.0.0.1', 1000);
-    expect(failed.mayBeLimited('10.0.0.1', 1000)).toBe(true);
-    expect(failed.mayBeLimited('10.0.0.1', 1000 + WINDOW - 1)).toBe(true);
-    expect(failed.mayBeLimited('10.0.0.2', 1000)).toBe(false);
-    expect(failed.mayBeLimited('10.0.0.1', 1000 + WINDOW)).toBe(false);
-  });
-
-  it('sends every address to the store for a window after a failure it had no room for', () => {
-    const failed = new FailedAddresses(WINDOW, 2);
-    failed.add('10.0.0.1', 0);
-    failed.add('10.0.0.2', 0);
-    failed.add('10.0.0.3', 10);
-    expect(failed.mayBeLimited('10.0.0.3', 10)).toBe(true);
-    expect(failed.mayBeLimited('10.0.0.9', 10 + WINDOW - 1)).toBe(true);
-    expect(failed.mayBeLimited('10.0.0.9', 10 + WINDOW)).toBe(false);
-    // Expired entries make room again.
-    failed.add('10.0.0.4', 10 + WINDOW);
-    expect(failed.mayBeLimited('10.0.0.4', 10 + WINDOW)).toBe(true);
-    expect(failed.mayBeLimited('10.0.0.5', 10 + WINDOW)).toBe(false);
   });
 });

@@ -37,6 +37,7 @@ describe('loadConfig', () => {
       auth: {
         tokens: ['secret-token'],
         failuresPerAddress: 30,
+        ipv6Prefix: 64,
         requestsPerToken: 0,
         windowMs: 60000,
       },
@@ -56,6 +57,7 @@ describe('loadConfig', () => {
       BODY_LIMIT: '1024',
       SHUTDOWN_TIMEOUT_MS: '500',
       SHUTDOWN_DELAY_MS: '0',
+      AUTH_FAILURE_IPV6_PREFIX: '48',
     });
     expect(config).toMatchObject({
       port: 8080,
@@ -64,6 +66,7 @@ describe('loadConfig', () => {
       database: { migrateOnStart: false, pooler: true, poolMax: 20 },
       http: { bodyLimit: 1024 },
       shutdown: { timeoutMs: 500, delayMs: 0 },
+      auth: { ipv6Prefix: 48 },
     });
   });
 
@@ -91,6 +94,12 @@ describe('loadConfig', () => {
     ['SHUTDOWN_TIMEOUT_MS', 'soon', 'SHUTDOWN_TIMEOUT_MS must be an integer'],
     ['SHUTDOWN_DELAY_MS', '-1', 'SHUTDOWN_DELAY_MS must be an integer from 0 to 3600000'],
     ['DB_POOLER', 'pgbouncer', 'DB_POOLER must be true or false'],
+    ['AUTH_FAILURE_IPV6_PREFIX', '0', 'AUTH_FAILURE_IPV6_PREFIX must be an integer from 1 to 128'],
+    [
+      'AUTH_FAILURE_IPV6_PREFIX',
+      '129',
+      'AUTH_FAILURE_IPV6_PREFIX must be an integer from 1 to 128',
+    ],
   ])('rejects %s=%j with a message that names it', (name, value, message) => {
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ ...base, [name]: value })).toThrow(message);
