@@ -1,27 +1,23 @@
-// The http-ceiling target: the service's own compiled app (dist/app.js: logging, auth, body
-// parsing, validation, serialisation) with a repository that does no I/O and answers as if every
-// plant were created, and every read found. Whatever the real service loses against it is spent
-// on the database path.
+// The http-ceiling target: the service as createService (dist/service.js) builds it, with its
+// logging, metrics, auth, body parsing, validation and serialisation, but a repository that does
+// no I/O and answers as if every plant were created and every read found. Whatever the real
+// service loses against it is spent on the database path.
 //
-// Configured by the same environment variables as dist/server.js (PORT, HOST, API_TOKENS,
-// LOG_LEVEL, BODY_LIMIT, JSON_MAX_DEPTH); DATABASE_URL is ignored.
+// Configured by the same environment variables as dist/server.js; the database is opened (and
+// answers /readyz) but no request reaches it.
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type * as AppModule from '../src/app.js';
 import type * as ConfigModule from '../src/config.js';
-import type * as MetricsModule from '../src/http/metrics.js';
-import type * as LoggerModule from '../src/logger.js';
 import type { PlantRepository } from '../src/plants/repository.js';
 import type * as SerializeModule from '../src/plants/serialize.js';
+import type * as ServiceModule from '../src/service.js';
 import { distFolder } from './paths.js';
 
 // Imported from dist/ at run time, so this process runs the very code the service runs; the
 // `typeof import` types keep this file checked against the sources.
 const fromDist = (file: string) => import(pathToFileURL(join(distFolder, file)).href);
-const { buildApp } = (await fromDist('app.js')) as typeof AppModule;
 const { ConfigError, loadConfig } = (await fromDist('config.js')) as typeof ConfigModule;
-const { createLogger } = (await fromDist('logger.js')) as typeof LoggerModule;
-const { createMetrics } = (await fromDist('http/metrics.js')) as typeof MetricsModule;
+const { createService } = (await fromDist('service.js')) as typeof ServiceModule;
 const { storedPlantsJson } = (await fromDist('plants/serialize.js')) as typeof SerializeModule;
 
 let config: ConfigModule.Config;
@@ -56,22 +52,17 @@ const repository: PlantRepository = {
   stats: () => ({ writes: idle, reads: idle }),
 };
 
-const app = await buildApp({
-  config,
-  logger: createLogger(config.logLevel),
-  plants: () => repository,
-  checkReadiness: async () => 'ready',
-  metrics: createMetrics(),
-});
+const service = await createService(config, { repository: () => repository });
 
 let stopping = false;
 async function stop(): Promise<void> {
   if (stopping) process.exit(1);
   stopping = true;
-  await app.close();
+  await service.close();
   process.exit(0);
 }
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
 
-await app.listen({ port: config.port, host: config.host });
+await service.listen();
+await service.open();

@@ -15,8 +15,6 @@ export interface CleanUp {
   scratch: Scratch;
   /** Aborted on the first signal: loads stop early. */
   abort: AbortController;
-  /** Stops the children, drops the database, removes the folder; once, however often called. */
-  cleanUp(): Promise<void>;
   /**
    * Reads the options (an OptionsError exits 2), runs the tool, cleans up and exits with the
    * tool's code (1 on a failure); while a signal is handled, its handler exits instead.
@@ -93,5 +91,5 @@ export function cleanUpOnExit(tool: string, say: (line: string) => void): CleanU
     }
     if (!abort.signal.aborted) process.exit(code);
   };
-  return { scratch, abort, cleanUp, runAndExit };
+  return { scratch, abort, runAndExit };
 }

@@ -1,10 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { availableParallelism, cpus, release, totalmem } from 'node:os';
 import { join, relative } from 'node:path';
 import { redactUrl } from './options.js';
 import { benchBuildFolder, projectRoot } from './paths.js';
 
-// Facts about a run that its report records: the revision, package versions, the command.
+// Facts about a run that its report records: the machine, the revision, the command.
 
 function tryCommand(command: string, args: string[]): string | undefined {
   try {
@@ -18,14 +19,14 @@ function tryCommand(command: string, args: string[]): string | undefined {
   }
 }
 
-export function gitRevision(): string {
+function gitRevision(): string {
   const head = tryCommand('git', ['rev-parse', '--short', 'HEAD']);
   if (!head) return 'unknown';
   const dirty = tryCommand('git', ['status', '--porcelain', '--untracked-files=no']);
   return dirty ? `${head} (with uncommitted changes)` : head;
 }
 
-export function packageVersion(name: string): string {
+function packageVersion(name: string): string {
   try {
     const file = join(projectRoot, 'node_modules', name, 'package.json');
     return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
@@ -34,22 +35,36 @@ export function packageVersion(name: string): string {
   }
 }
 
+export function machineFacts(postgres: string): Record<string, string | number> {
+  return {
+    cpu: cpus()[0]?.model ?? 'unknown',
+    cores: availableParallelism(),
+    memory: `${(totalmem() / 1024 ** 3).toFixed(1)} GiB`,
+    kernel: release(),
+    node: process.version,
+    postgres,
+    autocannon: packageVersion('autocannon'),
+    pg: packageVersion('pg'),
+    revision: gitRevision(),
+  };
+}
+
 /**
- * The command as typed: the `<prefix>*` variables that were set (a database URL's password
- * hidden), then the npm script `script` or, when run directly, `node <compiled file>`.
+ * The command as typed: the BENCH_* variables that were set (a database URL's password
+ * hidden), then `npm run bench` or, when run directly, `node <compiled run.js>`, and the suite.
  */
-export function commandLine(prefix: string, script: string, compiledFile: string): string {
+export function commandLine(args: string[]): string {
   const quote = (value: string) => (/^[\w@%+=:,./-]+$/.test(value) ? value : `'${value}'`);
   const variables = Object.keys(process.env)
-    .filter((name) => name.startsWith(prefix))
+    .filter((name) => name.startsWith('BENCH_'))
     .sort()
     .map((name) => {
       const value = process.env[name] ?? '';
       return `${name}=${quote(name.endsWith('_DATABASE_URL') ? redactUrl(value) : value)}`;
     });
-  const command =
-    process.env.npm_lifecycle_event === script
-      ? `npm run ${script}`
-      : `node ${relative(projectRoot, join(benchBuildFolder, compiledFile))}`;
-  return [...variables, command].join(' ');
+  const viaNpm = process.env.npm_lifecycle_event === 'bench';
+  const command = viaNpm
+    ? `npm run bench${args.length > 0 ? ' --' : ''}`
+    : `node ${relative(projectRoot, join(benchBuildFolder, 'run.js'))}`;
+  return [...variables, command, ...args.map(quote)].join(' ');
 }

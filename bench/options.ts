@@ -1,6 +1,12 @@
 import { availableParallelism } from 'node:os';
+import { isAbsolute, join } from 'node:path';
+import { projectRoot } from './paths.js';
 
-export const TARGETS = [
+/** What `npm run bench -- <suite>` measures; `targets` when none is named. */
+export const SUITES = ['targets', 'start', 'engines', 'pooler', 'soak'] as const;
+export type Suite = (typeof SUITES)[number];
+
+const TARGETS = [
   'floor',
   'service',
   'service+webhooks',
@@ -15,11 +21,21 @@ export const TARGETS = [
 export type Target = (typeof TARGETS)[number];
 
 export interface BenchOptions {
+  suite: Suite;
   /** The server the bench creates its own database on (and drops it afterwards). */
   databaseUrl: string;
+  /** Where the suite's Markdown report goes. */
+  resultsFolder: string;
   connections: number[];
   durationSeconds: number;
   warmupSeconds: number;
+  /** start: starts of each kind; pooler: alternated rounds of the variants. */
+  rounds: number;
+  /**
+   * Requests per second each load is held at (all its connections together); undefined: as
+   * many as answered. At one rate, CPU per answer compares targets under the same load.
+   */
+  rate: number | undefined;
   targets: Target[];
   pgbenchPath: string;
   /** pgbench --jobs; undefined: as many as cores, at most one per client. */
@@ -28,19 +44,30 @@ export interface BenchOptions {
   pgbenchSpareConnections: number;
   /** Plants stored before the runs, for the read targets to read. */
   readPlants: number;
-  /**
-   * Requests per second each target is held at (all its connections together); undefined: as
-   * many as it answers. At one rate, CPU per answer compares targets under the same load.
-   */
-  rate: number | undefined;
+  /** soak: share of requests, in percent, that replay an earlier body. */
+  replayPercent: number;
+  /** soak: seconds between two samples of the service's memory. */
+  sampleSeconds: number;
 }
+
+/** Each suite's defaults for the options they share. */
+const DEFAULTS: Record<
+  Suite,
+  { connections: string; duration: string; warmup: string; rounds: string }
+> = {
+  targets: { connections: '1,16,64,256', duration: '10', warmup: '3', rounds: '1' },
+  start: { connections: '1', duration: '1', warmup: '0', rounds: '5' },
+  engines: { connections: '64', duration: '10', warmup: '0', rounds: '1' },
+  pooler: { connections: '64', duration: '5', warmup: '2', rounds: '2' },
+  soak: { connections: '32', duration: '300', warmup: '0', rounds: '1' },
+};
 
 export class OptionsError extends Error {
   override name = 'OptionsError';
 }
 
 /** `raw` as an integer of at least `minimum`; an OptionsError naming `name` otherwise. */
-export function positiveInteger(name: string, raw: string, minimum = 1): number {
+function positiveInteger(name: string, raw: string, minimum = 1): number {
   if (!/^\d+$/.test(raw.trim()) || Number(raw) < minimum || !Number.isSafeInteger(Number(raw))) {
     throw new OptionsError(`${name} must be an integer of at least ${minimum}, not "${raw}"`);
   }
@@ -54,22 +81,33 @@ function list(raw: string): string[] {
     .filter((item) => item !== '');
 }
 
-/** Reads the BENCH_* environment variables; a bad value throws an OptionsError naming it. */
-export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
+/**
+ * The suite (the first argument, else BENCH_SUITE) and the BENCH_* environment variables; a bad
+ * value throws an OptionsError naming it.
+ */
+export function readBenchOptions(env: NodeJS.ProcessEnv, args: string[]): BenchOptions {
   const get = (name: string, fallback: string) => {
     const value = env[name];
     return value === undefined || value.trim() === '' ? fallback : value;
   };
+
+  const named = args[0] ?? get('BENCH_SUITE', 'targets');
+  const suite = SUITES.find((known) => known === named);
+  if (!suite) throw new OptionsError(`unknown suite "${named}": one of ${SUITES.join(', ')}`);
+  const defaults = DEFAULTS[suite];
 
   const databaseUrl = get('BENCH_DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/postgres');
   if (!/^postgres(ql)?:\/\//.test(databaseUrl) || !URL.canParse(databaseUrl)) {
     throw new OptionsError('BENCH_DATABASE_URL must be a postgres:// URL');
   }
 
-  const connections = list(get('BENCH_CONNECTIONS', '1,16,64,256')).map((item) =>
+  const connections = list(get('BENCH_CONNECTIONS', defaults.connections)).map((item) =>
     positiveInteger('BENCH_CONNECTIONS', item),
   );
   if (connections.length === 0) throw new OptionsError('BENCH_CONNECTIONS lists no level');
+  if (suite === 'soak' && connections.length > 1) {
+    throw new OptionsError('BENCH_CONNECTIONS: the soak suite runs at one level');
+  }
 
   const targets = list(get('BENCH_TARGETS', TARGETS.join(','))).map((item) => {
     const target = TARGETS.find((known) => known === item);
@@ -77,14 +115,32 @@ export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
     return target;
   });
 
+  const replayPercent = positiveInteger(
+    'BENCH_REPLAY_PERCENT',
+    get('BENCH_REPLAY_PERCENT', '5'),
+    0,
+  );
+  if (replayPercent > 100) throw new OptionsError('BENCH_REPLAY_PERCENT must be at most 100');
+  const results = get('BENCH_RESULTS_DIR', join('bench', 'results'));
   const jobs = get('BENCH_PGBENCH_JOBS', '');
   const rate = get('BENCH_RATE', '');
   return {
+    suite,
     databaseUrl,
+    resultsFolder: isAbsolute(results) ? results : join(projectRoot, results),
     connections: [...new Set(connections)],
-    // pgbench -T takes whole seconds, so every target runs for a whole number of them.
-    durationSeconds: positiveInteger('BENCH_DURATION_SECONDS', get('BENCH_DURATION_SECONDS', '10')),
-    warmupSeconds: positiveInteger('BENCH_WARMUP_SECONDS', get('BENCH_WARMUP_SECONDS', '3'), 0),
+    // pgbench -T takes whole seconds, so every load runs for a whole number of them.
+    durationSeconds: positiveInteger(
+      'BENCH_DURATION_SECONDS',
+      get('BENCH_DURATION_SECONDS', defaults.duration),
+    ),
+    warmupSeconds: positiveInteger(
+      'BENCH_WARMUP_SECONDS',
+      get('BENCH_WARMUP_SECONDS', defaults.warmup),
+      0,
+    ),
+    rounds: positiveInteger('BENCH_ROUNDS', get('BENCH_ROUNDS', defaults.rounds)),
+    rate: rate === '' ? undefined : positiveInteger('BENCH_RATE', rate),
     targets: TARGETS.filter((target) => targets.includes(target)),
     pgbenchPath: get('BENCH_PGBENCH', 'pgbench'),
     pgbenchJobs: jobs === '' ? undefined : positiveInteger('BENCH_PGBENCH_JOBS', jobs),
@@ -94,7 +150,8 @@ export function readBenchOptions(env: NodeJS.ProcessEnv): BenchOptions {
       0,
     ),
     readPlants: positiveInteger('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
-    rate: rate === '' ? undefined : positiveInteger('BENCH_RATE', rate),
+    replayPercent,
+    sampleSeconds: positiveInteger('BENCH_SAMPLE_SECONDS', get('BENCH_SAMPLE_SECONDS', '10')),
   };
 }
 

@@ -23,5 +23,3 @@ export const distFolder = join(projectRoot, 'dist');
 
 /** The compiled bench scripts (bench/tsconfig.json). */
 export const benchBuildFolder = join(projectRoot, 'dist-bench', 'bench');
-
-export const resultsFolder = join(projectRoot, 'bench', 'results');

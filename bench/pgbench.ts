@@ -7,7 +7,7 @@ import { describeExit, runToCompletion, spawnChild } from './processes.js';
  * transaction. pgbench's random() refuses a range wider than int64 can count, hence not the
  * full range; two ids out of 2^63 - 2 do not meet in practice.
  */
-export const PGBENCH_SCRIPT = `\\set id random(1, 9223372036854775806)
+const PGBENCH_SCRIPT = `\\set id random(1, 9223372036854775806)
 insert into plants (id, name, tag) values (:id, 'Monstera deliciosa', 'aroid') on conflict (id) do nothing returning name, tag;
 `;
 

@@ -1,90 +1,22 @@
-// `npm run bench:pooler`: what DB_POOLER costs, in one run, on a database of its own on the
-// PostgreSQL at BENCH_DATABASE_URL, with a PgBouncer (transaction mode, stock settings) that it
-// starts in front of that server. Two parts:
-//
-// - the database path alone, in this process: the service's coalescing repository over each way
-//   of talking to PostgreSQL, creating plants from BENCH_POOLER_CONCURRENCY callers at once;
-// - the service as shipped (`node dist/server.js`), straight on PostgreSQL and with DB_POOLER
-//   through PgBouncer, under POST /plants from 64 HTTP connections.
-//
-// Each reports creates per second, latency, and CPU microseconds per create in each process
-// (this one or the service, PostgreSQL's backends of the database, PgBouncer), which hold
-// still on a shared machine where throughput does not. Writes bench/results/pooler.{json,md}.
-import { randomBytes } from 'node:crypto';
-import {
-  accessSync,
-  chownSync,
-  closeSync,
-  constants,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+// The pooler suite: what DB_POOLER costs. The service as shipped under POST /plants, straight on
+// PostgreSQL, with DB_POOLER=true on PostgreSQL, and with DB_POOLER=true through a PgBouncer
+// (transaction mode, stock settings) that the suite starts in front of the server; the variants
+// alternate, round after round. CPU per create of the service, PostgreSQL and PgBouncer.
+import { accessSync, chownSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import type * as ClientModule from '../src/db/client.js';
-import type * as PostgresModule from '../src/db/postgres.js';
-import type * as RepositoryModule from '../src/plants/repository.js';
-import { cleanUpOnExit } from './cleanup.js';
-import { commandLine, gitRevision, packageVersion } from './facts.js';
 import { runHttpLoad } from './http-load.js';
-import { OptionsError, positiveInteger, redactUrl, withDatabase } from './options.js';
-import { distFolder, projectRoot, resultsFolder } from './paths.js';
+import { OptionsError } from './options.js';
+import { type Child, spawnChild, stopChild } from './processes.js';
+import { fixed, markdownTable, type SuiteReport, textTable } from './report.js';
 import {
-  type Child,
-  readProcessCpuSeconds,
-  spawnChild,
-  stopChild,
-  waitForListening,
-} from './processes.js';
-import { textTable } from './report.js';
-
-// The very code the service runs, from dist/; the types keep this file checked against src/.
-const fromDist = (file: string) => import(pathToFileURL(join(distFolder, file)).href);
-const { migratePostgres, openPostgres, poolerSafeClient } = (await fromDist(
-  'db/postgres.js',
-)) as typeof PostgresModule;
-const { createPlantRepository } = (await fromDist(
-  'plants/repository.js',
-)) as typeof RepositoryModule;
-
-const say = (line: string) => process.stdout.write(`${line}\n`);
-const { scratch, abort, runAndExit } = cleanUpOnExit('bench:pooler', say);
-
-interface Options {
-  databaseUrl: string;
-  concurrency: number[];
-  durationSeconds: number;
-  warmupSeconds: number;
-  rounds: number;
-  httpConnections: number;
-}
-
-function readOptions(env: NodeJS.ProcessEnv): Options {
-  const get = (name: string, fallback: string) => env[name]?.trim() || fallback;
-  const databaseUrl = get('BENCH_DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/postgres');
-  if (!/^postgres(ql)?:\/\//.test(databaseUrl) || !URL.canParse(databaseUrl)) {
-    throw new OptionsError('BENCH_DATABASE_URL must be a postgres:// URL');
-  }
-  return {
-    databaseUrl,
-    concurrency: get('BENCH_POOLER_CONCURRENCY', '1,64')
-      .split(',')
-      .map((item) => positiveInteger('BENCH_POOLER_CONCURRENCY', item)),
-    durationSeconds: positiveInteger('BENCH_DURATION_SECONDS', get('BENCH_DURATION_SECONDS', '5')),
-    warmupSeconds: positiveInteger('BENCH_WARMUP_SECONDS', get('BENCH_WARMUP_SECONDS', '2'), 0),
-    rounds: positiveInteger('BENCH_ROUNDS', get('BENCH_ROUNDS', '2')),
-    httpConnections: positiveInteger('BENCH_CONNECTIONS', get('BENCH_CONNECTIONS', '64')),
-  };
-}
-
-// ---- PgBouncer ----
+  checkpoint,
+  measureLoad,
+  plantBodies,
+  type Session,
+  say,
+  startService,
+} from './session.js';
 
 /** Finds pgbouncer on PATH or where Debian puts it. */
 function pgbouncerBinary(): string {
@@ -95,13 +27,14 @@ function pgbouncerBinary(): string {
       return candidate;
     } catch {}
   }
-  throw new OptionsError('bench:pooler needs pgbouncer (e.g. apt-get install pgbouncer)');
+  throw new OptionsError('the pooler suite needs pgbouncer (e.g. apt-get install pgbouncer)');
 }
 
 function userIds(user: string): { uid: number; gid: number } | undefined {
   try {
-    const passwd = readFileSync('/etc/passwd', 'utf8');
-    const line = passwd.split('\n').find((entry) => entry.startsWith(`${user}:`));
+    const line = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((entry) => entry.startsWith(`${user}:`));
     if (!line) return undefined;
     const [, , uid, gid] = line.split(':');
     return { uid: Number(uid), gid: Number(gid) };
@@ -110,22 +43,26 @@ function userIds(user: string): { uid: number; gid: number } | undefined {
   }
 }
 
-/** PgBouncer with stock settings but transaction pooling, in front of `serverUrl`'s server. */
-async function startPgBouncer(
-  serverUrl: string,
-  work: string,
-): Promise<{ child: Child; port: number }> {
-  const server = new URL(serverUrl);
-  const dir = join(work, 'pgbouncer');
+/**
+ * PgBouncer with stock settings but transaction pooling, in front of the session's server;
+ * resolves with it and the session's database URL through it.
+ */
+async function startPgBouncer(session: Session): Promise<{ child: Child; url: string }> {
+  const server = new URL(session.options.databaseUrl);
+  const dir = join(session.work, 'pgbouncer');
   mkdirSync(dir);
   const port = 20_000 + Math.floor(Math.random() * 20_000);
   const user = decodeURIComponent(server.username || 'postgres');
+  const files = {
+    users: join(dir, 'userlist.txt'),
+    ini: join(dir, 'pgbouncer.ini'),
+  };
   writeFileSync(
-    join(dir, 'userlist.txt'),
+    files.users,
     `"${user}" "${decodeURIComponent(server.password).replaceAll('"', '""')}"\n`,
   );
   writeFileSync(
-    join(dir, 'pgbouncer.ini'),
+    files.ini,
     [
       '[databases]',
       `* = host=${server.hostname || '127.0.0.1'} port=${server.port || '5432'}`,
@@ -135,7 +72,7 @@ async function startPgBouncer(
       `listen_port = ${port}`,
       'unix_socket_dir =',
       'auth_type = trust',
-      `auth_file = ${join(dir, 'userlist.txt')}`,
+      `auth_file = ${files.users}`,
       `logfile = ${join(dir, 'pgbouncer.log')}`,
       '',
     ].join('\n'),
@@ -144,28 +81,27 @@ async function startPgBouncer(
   const asRoot = process.getuid?.() === 0;
   if (asRoot) {
     const ids = userIds('postgres');
-    if (!ids) throw new OptionsError('bench:pooler runs as root and needs a postgres user');
-    for (const path of [work, dir, join(dir, 'userlist.txt'), join(dir, 'pgbouncer.ini')]) {
+    if (!ids) throw new OptionsError('the pooler suite runs as root and needs a postgres user');
+    for (const path of [session.work, dir, files.users, files.ini]) {
       chownSync(path, ids.uid, ids.gid);
     }
   }
-  const args = asRoot
-    ? ['-u', 'postgres', join(dir, 'pgbouncer.ini')]
-    : [join(dir, 'pgbouncer.ini')];
-  const child = spawnChild('pgbouncer', pgbouncerBinary(), args, {
-    cwd: dir,
-    env: { PATH: process.env.PATH ?? '' },
-    stdio: 'ignore',
-  });
+  const child = spawnChild(
+    'pgbouncer',
+    pgbouncerBinary(),
+    asRoot ? ['-u', 'postgres', files.ini] : [files.ini],
+    { cwd: dir, env: { PATH: process.env.PATH ?? '' }, stdio: 'ignore' },
+  );
   // PgBouncer listens on loopback, wherever the server it fronts is.
-  const url = new URL(serverUrl);
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
+  const pooled = new URL(session.databaseUrl);
+  pooled.hostname = '127.0.0.1';
+  pooled.port = String(port);
+  const url = pooled.toString();
   for (const deadline = Date.now() + 20_000; ; ) {
-    const client = new pg.Client({ connectionString: url.toString() });
+    const client = new pg.Client({ connectionString: url });
     try {
       await client.connect();
-      return { child, port };
+      return { child, url };
     } catch (error) {
       if (child.exit || Date.now() > deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -175,448 +111,151 @@ async function startPgBouncer(
   }
 }
 
-// ---- CPU of the database side ----
-
-function cpuOf(pids: Iterable<number>): Map<number, number> {
-  const seconds = new Map<number, number>();
-  for (const pid of pids) {
-    const cpu = readProcessCpuSeconds(pid);
-    if (cpu !== undefined) seconds.set(pid, cpu);
-  }
-  return seconds;
-}
-
-/** CPU seconds of PostgreSQL's backends of `database` and of PgBouncer, to compare later. */
-async function databaseCpu(admin: pg.Client, database: string, bouncer: Child) {
-  const { rows } = await admin.query<{ pid: number }>(
-    `select pid from pg_stat_activity where datname = $1 and backend_type = 'client backend'`,
-    [database],
-  );
-  return {
-    backends: cpuOf(rows.map(({ pid }) => pid)),
-    bouncer: readProcessCpuSeconds(bouncer.pid) ?? 0,
-  };
-}
-
-async function databaseCpuSince(
-  admin: pg.Client,
-  database: string,
-  bouncer: Child,
-  before: Awaited<ReturnType<typeof databaseCpu>>,
-) {
-  const after = await databaseCpu(admin, database, bouncer);
-  let backends = 0;
-  for (const [pid, seconds] of after.backends)
-    backends += seconds - (before.backends.get(pid) ?? 0);
-  return { backends, bouncer: after.bouncer - before.bouncer };
-}
-
-// ---- the database path alone ----
-
-type Database = ClientModule.Database;
-
-interface PathVariant {
+interface Variant {
   name: string;
   through: 'PostgreSQL' | 'PgBouncer';
-  open(url: string): { db: Database; close(): Promise<void> };
+  env: (pooled: string) => Record<string, string>;
 }
 
-/** The service's pool settings (DB_POOL_MAX 10, DB_STATEMENT_TIMEOUT_MS 5000). */
-const poolSettings = { max: 10, connectionTimeoutMillis: 5000, query_timeout: 6000 };
-
-/** Only drops statement names: bounded by the client-side timer alone (and a role setting). */
-class UnnamedStatementsClient extends pg.Client {
-  // biome-ignore lint/suspicious/noExplicitAny: the overloads of pg's Client.query
-  override query(config: any, values?: any, callback?: any): any {
-    if (config && typeof config === 'object' && !config.submit && config.name) {
-      const { name: _, ...unnamed } = config;
-      return super.query(unnamed, values, callback);
-    }
-    return super.query(config, values, callback);
-  }
-}
-
-function poolVariant(pool: pg.Pool) {
-  return { db: drizzle({ client: pool }) as unknown as Database, close: () => pool.end() };
-}
-
-const service = (pooler: boolean) => (url: string) =>
-  openPostgres({
-    url,
-    pooler,
-    poolMax: 10,
-    connectTimeoutMs: 5000,
-    statementTimeoutMs: 5000,
-    onIdleError: () => {},
-  });
-
-const pathVariants: PathVariant[] = [
-  { name: 'direct (named, startup timeout)', through: 'PostgreSQL', open: service(false) },
-  { name: 'DB_POOLER (unnamed, SET LOCAL, pipelined)', through: 'PostgreSQL', open: service(true) },
-  { name: 'DB_POOLER (unnamed, SET LOCAL, pipelined)', through: 'PgBouncer', open: service(true) },
+const VARIANTS: Variant[] = [
+  { name: 'direct', through: 'PostgreSQL', env: () => ({}) },
+  { name: 'DB_POOLER=true', through: 'PostgreSQL', env: () => ({ DB_POOLER: 'true' }) },
   {
-    name: 'alternative: SET LOCAL, not pipelined',
+    name: 'DB_POOLER=true',
     through: 'PgBouncer',
-    open: (url) =>
-      poolVariant(
-        new pg.Pool({ connectionString: url, ...poolSettings, Client: poolerSafeClient(5000) }),
-      ),
-  },
-  {
-    name: 'alternative: unnamed, client timer only',
-    through: 'PgBouncer',
-    open: (url) =>
-      poolVariant(
-        new pg.Pool({ connectionString: url, ...poolSettings, Client: UnnamedStatementsClient }),
-      ),
+    env: (pooled) => ({ DATABASE_URL: pooled, DB_POOLER: 'true' }),
   },
 ];
 
-interface Sample {
+/** The sums over the rounds of one variant at one level. */
+interface Totals {
+  variant: Variant;
+  connections: number;
   creates: number;
   errors: number;
   seconds: number;
-  /** Every create's latency (database path), or autocannon's percentiles (service). */
-  latenciesMs: number[];
-  percentilesMs?: { p50: number | null; p99: number | null };
-  ownCpu: number;
-  backendsCpu: number;
-  bouncerCpu: number;
+  p50Ms: number[];
+  p99Ms: number[];
+  /** CPU seconds. */
+  service: number;
+  postgres: number | undefined;
+  pgbouncer: number;
 }
 
-let nextId = BigInt.asUintN(60, randomBytes(8).readBigUInt64BE());
-
-async function createFor(
-  repository: RepositoryModule.PlantRepository,
-  concurrency: number,
-  seconds: number,
-  latencies?: number[],
-): Promise<{ creates: number; errors: number }> {
-  const until = performance.now() + seconds * 1000;
-  let creates = 0;
-  let errors = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < until && !abort.signal.aborted) {
-        const started = performance.now();
-        try {
-          await repository.createPlant({ id: nextId++, name: 'Monstera deliciosa', tag: 'aroid' });
-          creates++;
-          latencies?.push(performance.now() - started);
-        } catch {
-          errors++;
-        }
-      }
-    }),
-  );
-  return { creates, errors };
-}
-
-// ---- the service as shipped ----
-
-interface ServiceTarget {
-  name: string;
-  through: 'PostgreSQL' | 'PgBouncer';
-  env: (direct: string, pooled: string) => Record<string, string>;
-}
-
-const serviceTargets: ServiceTarget[] = [
-  { name: 'service', through: 'PostgreSQL', env: (direct) => ({ DATABASE_URL: direct }) },
-  {
-    name: 'service, DB_POOLER=true',
-    through: 'PostgreSQL',
-    env: (direct) => ({ DATABASE_URL: direct, DB_POOLER: 'true' }),
-  },
-  {
-    name: 'service, DB_POOLER=true',
-    through: 'PgBouncer',
-    env: (_, pooled) => ({ DATABASE_URL: pooled, DB_POOLER: 'true' }),
-  },
-];
-
-// ---- the run ----
-
-interface Row {
-  part: 'database path' | 'service';
-  variant: string;
-  through: string;
-  concurrency: number;
-  samples: Sample[];
-}
-
-function summary(row: Row) {
-  const total = (pick: (sample: Sample) => number) =>
-    row.samples.reduce((sum, sample) => sum + pick(sample), 0);
-  const creates = total((s) => s.creates);
-  const seconds = total((s) => s.seconds);
-  const latencies = row.samples.flatMap((s) => s.latenciesMs).sort((a, b) => a - b);
-  const measured = row.samples.flatMap((s) => (s.percentilesMs ? [s.percentilesMs] : []));
-  const mean = (values: (number | null)[]) =>
-    values.length === 0
-      ? null
-      : values.reduce<number>((sum, v) => sum + (v ?? Number.NaN), 0) / values.length;
-  const quantile = (q: number) => {
-    if (measured.length > 0) return mean(measured.map((m) => (q === 0.5 ? m.p50 : m.p99)));
-    return latencies.length === 0 ? null : (latencies[Math.ceil(q * latencies.length) - 1] ?? null);
-  };
-  const perCreate = (cpu: number) => (creates === 0 ? null : (cpu * 1e6) / creates);
-  return {
-    part: row.part,
-    variant: row.variant,
-    through: row.through,
-    concurrency: row.concurrency,
-    createsPerSecond: creates / seconds,
-    p50Ms: quantile(0.5),
-    p99Ms: quantile(0.99),
-    errors: total((s) => s.errors),
-    cpuMicrosPerCreate: {
-      process: perCreate(total((s) => s.ownCpu)),
-      postgres: perCreate(total((s) => s.backendsCpu)),
-      pgbouncer: perCreate(total((s) => s.bouncerCpu)),
-    },
-  };
-}
-
-async function bench(options: Options): Promise<number> {
-  const admin = new pg.Client({ connectionString: options.databaseUrl });
-  await admin.connect();
+export async function poolerSuite(session: Session): Promise<SuiteReport> {
+  const { options } = session;
+  const bouncer = await startPgBouncer(session);
+  const nextBody = plantBodies();
+  const totals: Totals[] = [];
   try {
-    const database = `plant_store_pooler_${randomBytes(4).toString('hex')}`;
-    await admin.query(`create database ${database}`);
-    scratch.adminUrl = options.databaseUrl;
-    scratch.database = database;
-    const work = mkdtempSync(join(tmpdir(), 'plant-store-pooler-'));
-    scratch.workFolder = work;
-    const direct = withDatabase(options.databaseUrl, database);
-    await migratePostgres(direct, 5000);
-    const bouncer = await startPgBouncer(options.databaseUrl, work);
-    const pooledUrl = new URL(direct);
-    pooledUrl.hostname = '127.0.0.1';
-    pooledUrl.port = String(bouncer.port);
-    const pooled = pooledUrl.toString();
-
-    const rows: Row[] = [];
-    const rowFor = (part: Row['part'], variant: string, through: string, concurrency: number) => {
-      let row = rows.find(
-        (r) =>
-          r.part === part &&
-          r.variant === variant &&
-          r.through === through &&
-          r.concurrency === concurrency,
-      );
-      if (!row) {
-        row = { part, variant, through, concurrency, samples: [] };
-        rows.push(row);
-      }
-      return row;
-    };
-
-    for (let round = 1; round <= options.rounds && !abort.signal.aborted; round++) {
-      for (const concurrency of options.concurrency) {
-        for (const variant of pathVariants) {
-          const opened = variant.open(variant.through === 'PgBouncer' ? pooled : direct);
+    for (let round = 1; round <= options.rounds; round++) {
+      for (const connections of options.connections) {
+        for (const variant of VARIANTS) {
+          if (session.signal.aborted) throw new Error('interrupted');
+          const service = await startService(
+            session,
+            `${variant.name} via ${variant.through}`,
+            variant.env(bouncer.url),
+          );
           try {
-            const queue = { maxBatchSize: 500, maxConcurrentBatches: 4, maxQueued: 10_000 };
-            const repository = createPlantRepository(opened.db, {
-              textAsBytes: false,
-              writes: queue,
-              reads: queue,
-            });
-            await createFor(repository, concurrency, options.warmupSeconds);
-            await admin.query('checkpoint').catch(() => {});
-            const before = await databaseCpu(admin, database, bouncer.child);
-            const own = process.cpuUsage();
-            const started = performance.now();
-            const latenciesMs: number[] = [];
-            const { creates, errors } = await createFor(
-              repository,
-              concurrency,
-              options.durationSeconds,
-              latenciesMs,
+            const load = {
+              baseUrl: service.baseUrl,
+              connections,
+              token: session.token,
+              nextBody,
+              signal: session.signal,
+              rate: options.rate,
+            };
+            if (options.warmupSeconds > 0) {
+              await runHttpLoad({ ...load, durationSeconds: options.warmupSeconds });
+            }
+            await checkpoint(session);
+            const { result, seconds, cpu, others } = await measureLoad(
+              session,
+              service.child.pid,
+              { pgbouncer: bouncer.child.pid },
+              () => runHttpLoad({ ...load, durationSeconds: options.durationSeconds }),
             );
-            const seconds = (performance.now() - started) / 1000;
-            const ownUsage = process.cpuUsage(own);
-            const database_ = await databaseCpuSince(admin, database, bouncer.child, before);
-            rowFor('database path', variant.name, variant.through, concurrency).samples.push({
-              creates,
-              errors,
-              seconds,
-              latenciesMs,
-              ownCpu: (ownUsage.user + ownUsage.system) / 1e6,
-              backendsCpu: database_.backends,
-              bouncerCpu: database_.bouncer,
-            });
+            let total = totals.find((t) => t.variant === variant && t.connections === connections);
+            if (!total) {
+              total = {
+                variant,
+                connections,
+                creates: 0,
+                errors: 0,
+                seconds: 0,
+                p50Ms: [],
+                p99Ms: [],
+                service: 0,
+                postgres: 0,
+                pgbouncer: 0,
+              };
+              totals.push(total);
+            }
+            total.creates += result.succeeded;
+            total.errors += result.errors;
+            total.seconds += seconds;
+            if (result.p50Ms !== null) total.p50Ms.push(result.p50Ms);
+            if (result.p99Ms !== null) total.p99Ms.push(result.p99Ms);
+            total.service += (cpu.server ?? 0) * seconds;
+            total.postgres =
+              cpu.postgres === undefined || total.postgres === undefined
+                ? undefined
+                : total.postgres + cpu.postgres * seconds;
+            total.pgbouncer += (others.pgbouncer ?? 0) * seconds;
             say(
-              `round ${round}, ${concurrency} callers, ${variant.name} via ${variant.through}: ${Math.round(creates / seconds)} creates/s, ${errors} errors`,
+              `round ${round}, ${connections} connections, ${variant.name} via ${variant.through}: ${result.throughput.toFixed(0)} creates/s, ${result.errors} errors`,
             );
           } finally {
-            await opened.close();
+            await service.stop();
           }
         }
       }
-
-      for (const target of serviceTargets) {
-        const sample = await measureService(
-          options,
-          target,
-          direct,
-          pooled,
-          work,
-          admin,
-          database,
-          bouncer.child,
-        );
-        rowFor('service', target.name, target.through, options.httpConnections).samples.push(
-          sample,
-        );
-        say(
-          `round ${round}, ${options.httpConnections} connections, ${target.name} via ${target.through}: ${Math.round(sample.creates / sample.seconds)} creates/s, ${sample.errors} errors`,
-        );
-      }
     }
+  } finally {
     await stopChild(bouncer.child);
-    writeReport(options, rows.map(summary));
-    return 0;
-  } finally {
-    await admin.end().catch(() => {});
   }
-}
 
-async function measureService(
-  options: Options,
-  target: ServiceTarget,
-  direct: string,
-  pooled: string,
-  work: string,
-  admin: pg.Client,
-  database: string,
-  bouncer: Child,
-): Promise<Sample> {
-  const logFile = join(work, 'service.log');
-  const errorFile = join(work, 'service.stderr');
-  const stdout = openSync(logFile, 'w');
-  const stderr = openSync(errorFile, 'w');
-  const token = randomBytes(16).toString('hex');
-  let child: Child;
-  try {
-    child = spawnChild(target.name, process.execPath, [join(distFolder, 'server.js')], {
-      cwd: projectRoot,
-      env: {
-        PATH: process.env.PATH ?? '',
-        API_TOKENS: token,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        SHUTDOWN_DELAY_MS: '0',
-        ...target.env(direct, pooled),
-      },
-      stdio: ['ignore', stdout, stderr],
-    });
-  } finally {
-    closeSync(stdout);
-    closeSync(stderr);
-  }
-  try {
-    const baseUrl = await waitForListening(child, logFile, errorFile, {
-      timeoutMs: 30_000,
-      signal: abort.signal,
-    });
-    const nextBody = () => `{"id":${nextId++},"name":"Monstera deliciosa","tag":"aroid"}`;
-    const load = {
-      baseUrl,
-      connections: options.httpConnections,
-      token,
-      nextBody,
-      signal: abort.signal,
-    };
-    await runHttpLoad({ ...load, durationSeconds: options.warmupSeconds || 1 });
-    await admin.query('checkpoint').catch(() => {});
-    const before = await databaseCpu(admin, database, bouncer);
-    const serviceBefore = readProcessCpuSeconds(child.pid) ?? 0;
-    const result = await runHttpLoad({ ...load, durationSeconds: options.durationSeconds });
-    const serviceCpu = (readProcessCpuSeconds(child.pid) ?? 0) - serviceBefore;
-    const databaseSide = await databaseCpuSince(admin, database, bouncer, before);
-    return {
-      creates: result.succeeded,
-      errors: result.errors,
-      seconds: result.durationSeconds,
-      latenciesMs: [],
-      percentilesMs: { p50: result.p50Ms, p99: result.p99Ms },
-      ownCpu: serviceCpu,
-      backendsCpu: databaseSide.backends,
-      bouncerCpu: databaseSide.bouncer,
-    };
-  } finally {
-    await stopChild(child);
-  }
-}
-
-function writeReport(options: Options, results: ReturnType<typeof summary>[]): void {
-  const fixed = (value: number | null, digits = 0) =>
-    value === null ? '-' : value.toFixed(digits);
+  const mean = (values: number[]) =>
+    values.length === 0 ? null : values.reduce((sum, value) => sum + value, 0) / values.length;
+  const perCreate = (total: Totals, cpuSeconds: number | undefined) =>
+    cpuSeconds === undefined || total.creates === 0 ? null : (cpuSeconds * 1e6) / total.creates;
   const header = [
-    'part',
-    'variant',
+    'the service',
     'through',
-    'callers',
+    'connections',
     'creates/s',
     'p50 ms',
     'p99 ms',
     'errors',
-    'µs/create process',
-    'µs PostgreSQL',
-    'µs PgBouncer',
+    'service µs per create',
+    'PostgreSQL µs',
+    'PgBouncer µs',
   ];
-  const table = textTable(
-    header,
-    results.map((r) => [
-      r.part,
-      r.variant,
-      r.through,
-      String(r.concurrency),
-      fixed(r.createsPerSecond),
-      fixed(r.p50Ms, 2),
-      fixed(r.p99Ms, 2),
-      String(r.errors),
-      fixed(r.cpuMicrosPerCreate.process, 1),
-      fixed(r.cpuMicrosPerCreate.postgres, 1),
-      r.through === 'PgBouncer' ? fixed(r.cpuMicrosPerCreate.pgbouncer, 1) : '-',
-    ]),
-    3,
-  );
-  say(`\n${table}`);
-  const command = commandLine('BENCH_', 'bench:pooler', 'pooler.js');
-  const facts = {
-    date: new Date().toISOString(),
-    command,
-    revision: gitRevision(),
-    node: process.version,
-    pg: packageVersion('pg'),
-    server: redactUrl(options.databaseUrl),
-    rounds: options.rounds,
-    durationSeconds: options.durationSeconds,
+  const rows = totals.map((total) => [
+    total.variant.name,
+    total.variant.through,
+    String(total.connections),
+    fixed(total.creates / total.seconds, 0),
+    fixed(mean(total.p50Ms), 2),
+    fixed(mean(total.p99Ms), 2),
+    String(total.errors),
+    fixed(perCreate(total, total.service), 1),
+    fixed(perCreate(total, total.postgres), 1),
+    total.variant.through === 'PgBouncer' ? fixed(perCreate(total, total.pgbouncer), 1) : '-',
+  ]);
+  say(`\n${textTable(header, rows, 2)}`);
+  return {
+    title: 'The cost of DB_POOLER',
+    body: `The service as shipped (\`node dist/server.js\`) under POST /plants (autocannon), each variant started afresh for each round and level, the variants alternated. Throughput over all rounds; p50 and p99 the mean of the rounds'; CPU is user + system time of each process over the measured seconds, per acknowledged create.\n\n${markdownTable(header, rows, 2)}\n\n## Notes\n\n${[...session.notes].map((note) => `- ${note}`).join('\n')}`,
+    settings: {
+      rounds: options.rounds,
+      connections: options.connections.join(', '),
+      'duration per run (s)': options.durationSeconds,
+      'warm-up per run (s)': options.warmupSeconds,
+      'requests per second': options.rate ?? 'as many as answered',
+      pgbouncer: 'transaction pooling, stock settings otherwise',
+    },
+    failed: totals.some((total) => total.errors > 0),
   };
-  mkdirSync(resultsFolder, { recursive: true });
-  writeFileSync(
-    join(resultsFolder, 'pooler.json'),
-    `${JSON.stringify({ ...facts, results }, null, 2)}\n`,
-  );
-  writeFileSync(
-    join(resultsFolder, 'pooler.md'),
-    [
-      '# The cost of DB_POOLER',
-      '',
-      `\`${command}\`, ${facts.date}, revision ${facts.revision}, Node ${facts.node}, pg ${facts.pg}.`,
-      `${options.rounds} rounds of ${options.durationSeconds} s per variant, alternated; CPU is user + system time of each process over the measured seconds, per acknowledged create.`,
-      '"database path": the repository in the harness process, its callers creating one plant after another.',
-      `"service": node dist/server.js under POST /plants from ${options.httpConnections} HTTP connections (autocannon); "process" is the service's CPU.`,
-      '',
-      '```',
-      table,
-      '```',
-      '',
-    ].join('\n'),
-  );
-  say(`wrote ${join('bench', 'results', 'pooler.md')}`);
 }
-
-await runAndExit(() => readOptions(process.env), bench);

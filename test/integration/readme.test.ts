@@ -51,7 +51,7 @@ const notRun: { command: RegExp; why: string }[] = [
   },
   { command: /^kubectl /, why: 'a cluster; deploy.test.ts holds the manifests to the pages' },
   {
-    command: /^(\w+=\S+ )*(npm run (bench|bench:\w+|soak)|node dist-bench\/bench\/run\.js)$/,
+    command: /^(\w+=\S+ )*(npm run bench( -- \w+)?|node dist-bench\/bench\/run\.js( \w+)?)$/,
     why: 'minutes of load on a quiet machine; the pages cite the results files',
   },
   {
