@@ -3,7 +3,6 @@
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import { NodeSDK } from '@opentelemetry/sdk-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
-import type { StartedTracing } from './start.js';
 
 /** The exporter's endpoint for the log: origin and path, never a password or a query. */
 function describeEndpoint(endpoint: string | undefined): string {
@@ -22,7 +21,7 @@ function describeEndpoint(endpoint: string | undefined): string {
  * its logs are JSON lines on stdout. Registered globally, it gives the spans that the modules
  * make through @opentelemetry/api somewhere to go.
  */
-export function startSdk(): StartedTracing {
+export function startSdk(): { endpoint: string; shutdown(): Promise<void> } {
   const sdk = new NodeSDK({
     // The variables (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) override this name.
     resource: defaultResource().merge(
