@@ -19,6 +19,7 @@ import { registerOpenApi } from './http/openapi.js';
 import { requestIdFor } from './http/request-id.js';
 import { RequestLog } from './http/request-log.js';
 import { setSecurityHeaders } from './http/security-headers.js';
+import { serverSpans } from './http/server-spans.js';
 import { createValidatorCompiler } from './http/validation.js';
 import { requestLoggerFactory } from './logger.js';
 import type { PlantRepository } from './plants/repository.js';
@@ -41,8 +42,8 @@ export interface AppOptions {
   isStopping?: () => boolean;
   /** Request metrics are counted when given, and served at /metrics unless METRICS_PORT is set. */
   metrics?: Metrics;
-  /** When tracing is on: a server span per request (see src/tracing/). */
-  tracing?: { traceRequests(app: FastifyInstance): void } | undefined;
+  /** True once the tracing SDK is started: then every request gets a server span. */
+  traced?: boolean;
 }
 
 const DOCS_PREFIX = '/docs';
@@ -78,8 +79,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
 
-  // First, so that every answer given from a hook is in the span, and every route is wrapped.
-  options.tracing?.traceRequests(app);
+  if (options.traced) await app.register(serverSpans);
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     setSecurityHeaders(request, reply, DOCS_PREFIX);

@@ -78,7 +78,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
   let stopping = false;
   let closing: Promise<void> | undefined;
 
-  const tracing = await startTracing(deps.env ?? {}, { databaseUrl: config.database.url });
+  const tracing = await startTracing(deps.env ?? {});
   if (tracing) {
     logger.info({ endpoint: tracing.endpoint }, `tracing: exporting spans to ${tracing.endpoint}`);
   }
@@ -105,7 +105,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       database && repository ? schemaStatus(database.db, latestMillis) : 'starting',
     isStopping: deps.isStopping ? () => stopping || deps.isStopping?.() === true : () => stopping,
     metrics,
-    tracing,
+    traced: tracing !== undefined,
   });
 
   /** Retries `attempt` while the database is unreachable (it may still be starting). */
@@ -158,7 +158,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       ? deps.repository(db)
       : createPlantRepository(db.db, {
           textAsBytes: db.engine === 'pglite',
-          tracing,
+          databaseUrl: config.database.url,
           ...(webhooks && { recordEvents: true, onCreated: () => dispatcher?.wake() }),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
@@ -174,7 +174,6 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
         logger,
         outbox: statements,
         metrics: createWebhookMetrics(metrics.registry, () => statements.stats()),
-        tracing,
       });
       dispatcher.start();
     }

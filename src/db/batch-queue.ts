@@ -1,11 +1,12 @@
+import type { SpanContext } from '@opentelemetry/api';
 import { QueueFullError } from './errors.js';
-import type { DatabaseTracing } from './tracing.js';
+import { callerContext, forCallers } from './spans.js';
 
 /** An item waiting in a batch queue, and how to answer its caller. */
 export interface Pending<Item, Result> {
   readonly item: Item;
-  /** The caller's trace context, when tracing is on. */
-  readonly trace?: unknown;
+  /** The caller's trace context, when it has one. */
+  readonly trace: SpanContext | undefined;
   resolve(result: Result): void;
   reject(error: unknown): void;
 }
@@ -19,8 +20,6 @@ export interface BatchQueueOptions {
   maxQueued: number;
   /** Told the size of every batch sent. */
   onBatch?: (size: number) => void;
-  /** When tracing is on: a batch's statements are linked to the callers it serves. */
-  tracing?: Pick<DatabaseTracing, 'capture' | 'forCallers'> | undefined;
 }
 
 export interface BatchQueue<Item, Result> {
@@ -55,18 +54,13 @@ export function createBatchQueue<Item, Result>(
   let flushScheduled = false;
   let drained: Array<() => void> = [];
 
-  const { tracing } = options;
-
   async function runBatch(batch: Pending<Item, Result>[]): Promise<void> {
     try {
-      if (tracing) {
-        await tracing.forCallers(
-          batch.map((pending) => pending.trace),
-          () => handler.run(batch),
-        );
-      } else {
-        await handler.run(batch);
-      }
+      // A batch's statements are linked to the callers it serves.
+      await forCallers(
+        batch.map((pending) => pending.trace),
+        () => handler.run(batch),
+      );
     } catch (error) {
       // Promises settle once: the items the handler already answered keep their answers.
       for (const pending of batch) pending.reject(error);
@@ -108,9 +102,7 @@ export function createBatchQueue<Item, Result>(
     add(item) {
       if (queue.length >= options.maxQueued) return Promise.reject(new QueueFullError());
       return new Promise<Result>((resolve, reject) => {
-        queue.push(
-          tracing ? { item, trace: tracing.capture(), resolve, reject } : { item, resolve, reject },
-        );
+        queue.push({ item, trace: callerContext(), resolve, reject });
         scheduleFlush();
       });
     },

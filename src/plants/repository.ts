@@ -6,7 +6,7 @@ import {
   isRowRejection,
   RowRejectedError,
 } from '../db/errors.js';
-import type { DatabaseTracing } from '../db/tracing.js';
+import { activeTraceparent, databaseSpanAttributes, statementSpan } from '../db/spans.js';
 import {
   createPlantQueries,
   emptyPage,
@@ -58,8 +58,8 @@ export interface RepositoryOptions extends QueryOptions {
   reads: BatchQueueOptions;
   /** Called once a statement that created plants (and recorded their events) has committed. */
   onCreated?: () => void;
-  /** When tracing is on: a span for every statement. */
-  tracing?: DatabaseTracing | undefined;
+  /** The PostgreSQL server the statements go to, as their spans name it; absent when embedded. */
+  databaseUrl?: string | undefined;
 }
 
 const INT64_MAX = 2n ** 63n - 1n;
@@ -71,16 +71,12 @@ const INT64_MIN = -(2n ** 63n);
  * finds the database unavailable, the requests queued behind it fail with it.
  */
 export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
-  const { tracing } = options;
-  const untraced = createPlantQueries(db, options);
-  const queries = tracing
-    ? tracedQueries(untraced, tracing, options.recordEvents === true)
-    : untraced;
-  const writes = createBatchQueue(createPlantsInBatch(queries, options.onCreated ?? (() => {})), {
-    ...options.writes,
-    tracing,
-  });
-  const reads = createBatchQueue(readPlantsInBatch(queries), { ...options.reads, tracing });
+  const queries = tracedQueries(createPlantQueries(db, options), options);
+  const writes = createBatchQueue(
+    createPlantsInBatch(queries, options.onCreated ?? (() => {})),
+    options.writes,
+  );
+  const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
   return {
     createPlant: (plant) => writes.add(plant),
     getPlant: (id) => reads.add(id),
@@ -102,28 +98,28 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
  */
 function tracedQueries(
   queries: PlantQueries,
-  tracing: DatabaseTracing,
-  recordEvents: boolean,
+  { recordEvents, databaseUrl }: Pick<RepositoryOptions, 'recordEvents' | 'databaseUrl'>,
 ): PlantQueries {
   const collection = 'plants';
-  const traceContext = () => (recordEvents ? tracing.traceparent() : undefined);
+  const database = databaseSpanAttributes(databaseUrl);
+  const traceContext = () => (recordEvents ? activeTraceparent() : undefined);
   return {
     insertNew: (rows) =>
-      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, () =>
+      statementSpan({ operation: 'INSERT', collection, batchSize: rows.length }, database, () =>
         queries.insertNew(rows, traceContext()),
       ),
     insertOrLock: (rows) =>
-      tracing.statement({ operation: 'INSERT', collection, batchSize: rows.length }, () =>
+      statementSpan({ operation: 'INSERT', collection, batchSize: rows.length }, database, () =>
         queries.insertOrLock(rows, traceContext()),
       ),
     findByIds: (ids) =>
-      tracing.statement({ operation: 'SELECT', collection, batchSize: ids.length }, () =>
+      statementSpan({ operation: 'SELECT', collection, batchSize: ids.length }, database, () =>
         queries.findByIds(ids),
       ),
     listPage: (range) =>
-      tracing.statement({ operation: 'SELECT', collection }, () => queries.listPage(range)),
+      statementSpan({ operation: 'SELECT', collection }, database, () => queries.listPage(range)),
     deleteById: (id) =>
-      tracing.statement({ operation: 'DELETE', collection }, () => queries.deleteById(id)),
+      statementSpan({ operation: 'DELETE', collection }, database, () => queries.deleteById(id)),
   };
 }
 

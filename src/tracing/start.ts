@@ -1,6 +1,12 @@
-import type { Tracing } from './tracing.js';
-
 type Environment = Record<string, string | undefined>;
+
+/** The OpenTelemetry SDK, once started. */
+export interface StartedTracing {
+  /** Where spans are sent, for the start-up log. */
+  readonly endpoint: string;
+  /** Exports the spans still buffered, then stops. */
+  shutdown(): Promise<void>;
+}
 
 const set = (value: string | undefined) => value !== undefined && value.trim() !== '';
 
@@ -16,13 +22,11 @@ export function tracingRequested(env: Environment): boolean {
 
 /**
  * Starts the OpenTelemetry SDK when the environment asks for traces, and undefined otherwise:
- * then not one module of the SDK is loaded and no hook is registered anywhere.
+ * then not one module of the SDK is loaded, and the spans made through @opentelemetry/api are
+ * no-ops.
  */
-export async function startTracing(
-  env: Environment,
-  options: { databaseUrl: string | undefined },
-): Promise<Tracing | undefined> {
+export async function startTracing(env: Environment): Promise<StartedTracing | undefined> {
   if (!tracingRequested(env)) return undefined;
-  const { startOpenTelemetry } = await import('./otel.js');
-  return startOpenTelemetry(options);
+  const { startSdk } = await import('./sdk.js');
+  return startSdk();
 }

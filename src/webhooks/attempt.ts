@@ -10,23 +10,6 @@ export type AttemptResult =
   /** No answer: the connection was refused, reset, or the name did not resolve. */
   | { kind: 'unreachable'; code: string };
 
-/** One attempt as a trace shows it. */
-export interface TracedAttempt {
-  /** The receiver's origin and path: a query string may carry a credential. */
-  receiver: string;
-  webhookId: string;
-  /** The attempt's number, from 1. */
-  attempt: number;
-  /** The W3C trace context recorded with its event, for the attempt that follows its fan-out. */
-  traceparent: string | undefined;
-}
-
-/** What an attempt tells tracing, when it is on. */
-export interface AttemptTracing {
-  /** Runs the attempt in a span of its own. */
-  webhookAttempt(attempt: TracedAttempt, run: () => Promise<AttemptResult>): Promise<AttemptResult>;
-}
-
 export interface AttemptOptions {
   /** A keep-alive connection pool to the delivery's origin. */
   client: Dispatcher;

@@ -1,9 +1,11 @@
 import { setMaxListeners } from 'node:events';
+import type { Attributes } from '@opentelemetry/api';
 import type { FastifyBaseLogger } from 'fastify';
 import { Pool } from 'undici';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import { type AttemptResult, type AttemptTracing, attemptDelivery } from './attempt.js';
+import { type AttemptResult, attemptDelivery } from './attempt.js';
+import { attemptSpan, receiverSpanAttributes } from './attempt-span.js';
 import type { WebhookMetrics } from './metrics.js';
 import { type ClaimedDelivery, createOutbox, type Outbox, type Outcome } from './outbox.js';
 import { describeFailure, nextStep } from './schedule.js';
@@ -57,8 +59,6 @@ export interface DispatcherOptions {
   metrics?: WebhookMetrics;
   /** The outbox's statements; made from `db` unless given. */
   outbox?: Outbox;
-  /** When tracing is on: a span for every attempt. */
-  tracing?: AttemptTracing | undefined;
 }
 
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
@@ -71,6 +71,8 @@ interface Lane {
   url: string;
   /** Origin and path, for the log: a query string may carry a credential. */
   receiver: string;
+  /** What the span of every attempt says of the receiver. */
+  receiverAttributes: Attributes;
   path: string;
   pool: Pool;
   queue: ClaimedDelivery[];
@@ -93,7 +95,7 @@ interface Lane {
  * flight, over keep-alive connections; a slow or dead receiver holds only its own URL's slots.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
-  const { config, logger, metrics, tracing } = options;
+  const { config, logger, metrics } = options;
   const leaseMs = leaseMsFor(config);
   const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
   const key = signingKey(config.secret);
@@ -147,9 +149,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const lanes = new Map<string, Lane>();
   for (const url of config.urls) {
     const parsed = new URL(url);
+    const receiver = `${parsed.origin}${parsed.pathname}`;
     lanes.set(url, {
       url,
-      receiver: `${parsed.origin}${parsed.pathname}`,
+      receiver,
+      receiverAttributes: receiverSpanAttributes(parsed, receiver),
       path: `${parsed.pathname}${parsed.search}`,
       pool: new Pool(parsed.origin, {
         connections: config.concurrency,
@@ -184,25 +188,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
     lane.inFlight.add(delivery);
-    const send = () =>
-      attemptDelivery(delivery, {
-        client: lane.pool,
-        path: lane.path,
-        key,
-        timeoutMs: config.timeoutMs,
-        signal: abandon.signal,
-      });
-    const result = await (tracing
-      ? tracing.webhookAttempt(
-          {
-            receiver: lane.receiver,
-            webhookId: webhookId(delivery.eventId),
-            attempt: delivery.attempt,
-            traceparent: delivery.traceparent,
-          },
-          send,
-        )
-      : send());
+    const result = await attemptSpan(
+      {
+        receiver: lane.receiverAttributes,
+        webhookId: webhookId(delivery.eventId),
+        attempt: delivery.attempt,
+        traceparent: delivery.traceparent,
+      },
+      () =>
+        attemptDelivery(delivery, {
+          client: lane.pool,
+          path: lane.path,
+          key,
+          timeoutMs: config.timeoutMs,
+          signal: abandon.signal,
+        }),
+    );
     // Abandoned at shutdown: stop() gave its claim back.
     if (abandon.signal.aborted) return;
     lane.inFlight.delete(delivery);

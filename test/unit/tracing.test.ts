@@ -16,6 +16,6 @@ describe('when the environment asks for traces', () => {
   });
 
   it('starts nothing when it does not', async () => {
-    expect(await startTracing({}, { databaseUrl: undefined })).toBeUndefined();
+    expect(await startTracing({})).toBeUndefined();
   });
 });
