@@ -1,11 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import {
-  createServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-  STATUS_CODES,
-} from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type {
@@ -15,19 +9,23 @@ import type {
   FastifyServerOptions,
 } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
-import { type ErrorBody, errorHandler } from './errors.js';
+import { errorHandler } from './errors.js';
+import {
+  clientErrorProblem,
+  hostProblem,
+  problems,
+  type Refusal,
+  refuseOnSocket,
+  writeRefusal,
+} from './refusals.js';
 import { requestIdFor } from './request-id.js';
-import { apiHeaders } from './security-headers.js';
 
 /**
  * HTTP/1.1 below and around the router. Pipelined requests still run side by side, but a
  * request's handler runs only once every request before it on its connection has passed the
  * checks that could close the connection (authentication, parsing, validation), so nothing runs
- * after an answer that closed it (RFC 9112 §9.6). And this module alone writes the answers given
- * before a request reaches a route: a missing, repeated or malformed Host, an unmet Expect,
- * CONNECT, bytes that are not HTTP, a request that does not arrive in time. They have the Error
- * body, the request id and the security headers of every other answer, come in their turn, and
- * close the connection.
+ * after an answer that closed it (RFC 9112 §9.6). And this module alone gives the answers
+ * (refusals.ts) to what never reaches a route, each in its turn, and closes the connection.
  */
 
 export interface HttpServerOptions {
@@ -36,16 +34,6 @@ export interface HttpServerOptions {
   keepAliveTimeoutMs: number;
   logger: FastifyBaseLogger;
 }
-
-/** An answer given before a request reaches a route. */
-interface Refusal {
-  statusCode: number;
-  message: string;
-  requestId: string;
-  headers?: Readonly<Record<string, string>>;
-}
-
-type Problem = Omit<Refusal, 'requestId'>;
 
 /** What the client asked with an Expect header (Node tells them apart). */
 type Expectation = 'none' | '100-continue' | 'other';
@@ -83,94 +71,11 @@ const exchangeOf = Symbol('exchange');
 type HttpSocket = Duplex & { [connectionOf]?: Connection };
 type HttpRequest = IncomingMessage & { [exchangeOf]?: Exchange };
 
-// A client that never closes its side of a refused connection loses it after this long.
-const LINGER_MS = 2000;
-
-// uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2); an empty host is allowed.
-const validHost =
-  /^(?:\[[0-9A-Za-z._~!$&'()*+,;=:%-]+\]|(?:[0-9A-Za-z._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*)(?::[0-9]*)?$/;
-
-const problems = {
-  noHost: { statusCode: 400, message: 'the request has no Host header' },
-  manyHosts: { statusCode: 400, message: 'the request has more than one Host header' },
-  badHost: { statusCode: 400, message: 'the Host header is not a valid host' },
-  expectation: {
-    statusCode: 417,
-    message: 'Expect must be 100-continue, the only expectation this service meets',
-  },
-  connect: {
-    statusCode: 405,
-    message: 'CONNECT is not supported: this service is not a proxy',
-    // No method applies to an authority-form target (RFC 9110 §10.2.1: an empty Allow).
-    headers: { allow: '' },
-  },
-} satisfies Record<string, Problem>;
-
-/** The answer to what Node's HTTP parser reported (a parse error, a timeout, an overflow). */
-function clientErrorProblem(code: string | undefined): Problem {
-  switch (code) {
-    case 'HPE_HEADER_OVERFLOW':
-      return { statusCode: 431, message: 'the request headers are too large' };
-    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
-      return { statusCode: 413, message: 'the chunk extensions are too large' };
-    case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { statusCode: 408, message: 'the request took too long to arrive' };
-    default:
-      return { statusCode: 400, message: 'the request is not valid HTTP' };
-  }
-}
-
-function hostProblem(request: IncomingMessage): Problem | undefined {
-  const host = request.headers.host;
-  if (host === undefined) {
-    return request.httpVersionMajor === 1 && request.httpVersionMinor === 0
-      ? undefined
-      : problems.noHost;
-  }
-  // Node keeps the first of several Host fields; RFC 9112 §3.2 wants a 400.
-  const raw = request.rawHeaders;
-  let hosts = 0;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i] as string;
-    if (name.length === 4 && name.toLowerCase() === 'host') hosts++;
-  }
-  if (hosts > 1) return problems.manyHosts;
-  return validHost.test(host) ? undefined : problems.badHost;
-}
-
-function refusalParts(refusal: Refusal): { headers: Record<string, string>; body: string } {
-  const body = JSON.stringify({
-    error: refusal.statusCode,
-    message: refusal.message,
-  } satisfies ErrorBody);
-  const headers = {
-    ...apiHeaders,
-    'x-request-id': refusal.requestId,
-    ...refusal.headers,
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': String(Buffer.byteLength(body)),
-    connection: 'close',
-  };
-  return { headers, body };
-}
-
 /** Answers through the request's own response: Node keeps it in order and closes after it. */
 function refuseResponse(exchange: Exchange, refusal: Refusal): void {
   exchange.closes = true;
   exchange.connection.closing = true;
-  const { headers, body } = refusalParts(refusal);
-  exchange.response.writeHead(refusal.statusCode, headers);
-  exchange.response.end(body);
-}
-
-/** Writes the answer on the socket itself, where no response exists, and closes. */
-function refuseOnSocket(socket: Duplex, refusal: Refusal): void {
-  const { headers, body } = refusalParts(refusal);
-  let head = `HTTP/1.1 ${refusal.statusCode} ${STATUS_CODES[refusal.statusCode]}\r\n`;
-  for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`;
-  head += `date: ${new Date().toUTCString()}\r\n\r\n`;
-  socket.end(head + body);
-  setTimeout(() => socket.destroy(), LINGER_MS).unref();
+  writeRefusal(exchange.response, refusal);
 }
 
 /** Runs `then` once the answers to every request read so far are written (or lost). */
@@ -182,12 +87,17 @@ function afterLastAnswer(connection: Connection, then: () => void): void {
 }
 
 /** Answers once the requests that came before have their answers, and closes. */
-function refuseInTurn(connection: Connection, refusal: Refusal): void {
+function refuseInTurn(socket: HttpSocket, refusal: Refusal): void {
+  const connection = socket[connectionOf];
+  if (connection === undefined) {
+    refuseOnSocket(socket, refusal);
+    return;
+  }
   connection.refused = true;
   connection.closing = true;
   // An answer before it closed the connection: nothing more is said (RFC 9112 §9.6).
   afterLastAnswer(connection, () => {
-    if (connection.socket.writable) refuseOnSocket(connection.socket, refusal);
+    if (socket.writable) refuseOnSocket(socket, refusal);
   });
 }
 
@@ -323,9 +233,7 @@ export function httpServerOptions(options: HttpServerOptions) {
       socket.resume();
       const refusal = { ...problems.connect, requestId: requestIdFor(request) };
       logRefusal(refusal, request);
-      const connection = socket[connectionOf];
-      if (connection === undefined) refuseOnSocket(socket, refusal);
-      else refuseInTurn(connection, refusal);
+      refuseInTurn(socket, refusal);
     });
     return server;
   };
@@ -345,24 +253,19 @@ export function httpServerOptions(options: HttpServerOptions) {
       ...clientErrorProblem(error.code),
       requestId: exchange === undefined ? randomUUID() : requestIdFor(exchange.request),
     };
-    if (connection === undefined) {
+    if (connection === undefined || exchange === undefined) {
       logRefusal(refusal, undefined, error.code);
-      refuseOnSocket(socket, refusal);
-      return;
-    }
-    if (exchange === undefined) {
-      logRefusal(refusal, undefined, error.code);
-      refuseInTurn(connection, refusal);
+      refuseInTurn(socket, refusal);
       return;
     }
     connection.refused = true;
+    const { response } = exchange;
     // Its answer has gone, or is on its way: nothing more to say on this connection.
-    if (exchange.response.destroyed) socket.destroy();
-    else if (exchange.response.headersSent) exchange.response.once('close', () => socket.end());
-    if (exchange.response.headersSent) return;
+    if (response.destroyed) socket.destroy();
+    else if (response.headersSent) response.once('close', () => socket.end());
     // The request broke off before its answer: this is its answer, in its turn (and the
     // request log's line for it).
-    refuseResponse(exchange, refusal);
+    else refuseResponse(exchange, refusal);
   };
 
   return {
@@ -398,14 +301,14 @@ export const http1 = fastifyPlugin(
       draining = true;
       done();
     });
-    app.addHook('preHandler', (request, reply, done) => {
+    app.addHook('preHandler', (request, _reply, done) => {
       const exchange = (request.raw as HttpRequest)[exchangeOf];
       if (exchange === undefined) {
         done();
         return;
       }
       // Fastify marks the answers to requests that arrive while it shuts down.
-      if (reply.getHeader('connection') === 'close') {
+      if (exchange.response.getHeader('connection') === 'close') {
         exchange.closes = true;
         exchange.connection.closing = true;
       }
