@@ -41,7 +41,7 @@ type Expectation = 'none' | '100-continue' | 'other';
 /** One client connection. */
 interface Connection {
   readonly socket: Duplex;
-  /** The request served last; it stays after its answer, to give the next one its turn. */
+  /** The request served last, until its answer is written. */
   latest: Exchange | undefined;
   /** An answer given or coming closes the connection: nothing read from now on is served. */
   closing: boolean;
@@ -109,17 +109,14 @@ function resumeInTurn(first: Exchange): void {
   let exchange: Exchange | undefined = first;
   while (exchange?.resume !== undefined) {
     const { previous, resume } = exchange;
-    if (previous?.closes) return;
-    if (previous !== undefined && !previous.committed) {
-      if (!previous.response.destroyed) {
-        // It waits for the one before it to go on to its handler, or for its answer.
-        const waiting = exchange;
-        previous.next = waiting;
-        previous.response.once('close', () => resumeInTurn(waiting));
-        return;
-      }
-      // That answer closed the connection: nothing after it runs (RFC 9112 §9.6).
-      if (!exchange.connection.socket.writable) return;
+    // An answer closed the connection, or the client left: nothing more runs (RFC 9112 §9.6).
+    if (previous?.closes || !exchange.connection.socket.writable) return;
+    if (previous !== undefined && !previous.committed && !previous.response.destroyed) {
+      // It waits for the one before it to go on to its handler, or for its answer.
+      const waiting = exchange;
+      previous.next = waiting;
+      previous.response.once('close', () => resumeInTurn(waiting));
+      return;
     }
     exchange.resume = undefined;
     exchange.previous = undefined;
@@ -319,6 +316,14 @@ export const http1 = fastifyPlugin(
       const closing = (draining || isStopping()) && closeConnectionAfter(request.raw);
       if (closing || bodyStillArriving(request.raw)) reply.header('connection', 'close');
       done(null, payload);
+    });
+    app.addHook('onResponse', (request, _reply, done) => {
+      const exchange = (request.raw as HttpRequest)[exchangeOf];
+      // An idle connection holds no request; one whose body is still arriving owns its errors.
+      if (exchange?.request.complete && exchange.connection.latest === exchange) {
+        exchange.connection.latest = undefined;
+      }
+      done();
     });
   },
   { name: 'http1', fastify: '5.x' },
