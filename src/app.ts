@@ -86,6 +86,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     done(null, redirect ?? payload);
   });
   const isStopping = options.isStopping ?? (() => false);
+  // Nothing runs after an answer that closes its connection; while stopping, answers close it.
   await app.register(http1, { isStopping });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler(notFoundHandler);
