@@ -3,13 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
 import { createTokenVerifier } from './http/auth.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
-import {
-  awaitTurn,
-  bodyStillArriving,
-  closeConnectionAfter,
-  forgetRequest,
-  httpServerOptions,
-} from './http/connections.js';
+import { http1, httpServerOptions } from './http/connections.js';
 import { ErrorSchema, errorHandler, notFoundHandler, redirectBody } from './http/errors.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { registerJsonBodyParser } from './http/json.js';
@@ -70,13 +64,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       keepAliveTimeoutMs: http.keepAliveTimeoutMs,
       logger: options.logger,
     }),
-    // Requests that arrive while draining are still served (with Connection: close).
-    return503OnClosing: false,
-    // A malformed URL is answered before any hook runs; give it the Error shape too.
-    frameworkErrors: (error, request, reply) => {
-      reply.header('x-request-id', request.id);
-      errorHandler(error, request, reply);
-    },
   });
 
   if (options.traced) await app.register(serverSpans);
@@ -87,27 +74,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (request.is404) notFoundHandler(request, reply);
     else done();
   });
-  // While shutting down, answers close their connection, so keep-alive clients cannot hold it
-  // open and move to the replicas that stay.
-  const isStopping = options.isStopping ?? (() => false);
-  let draining = false;
-  app.addHook('preClose', (done) => {
-    draining = true;
-    done();
-  });
-  app.addHook('onSend', (request, reply, payload, done) => {
-    // While shutting down, the last request read on a connection closes it, so keep-alive
-    // clients move to the replicas that stay. An answer sent before its request's body has
-    // arrived closes it too: that body is neither read nor taken for the next request.
-    const closing = (draining || isStopping()) && closeConnectionAfter(request.raw);
-    if (closing || bodyStillArriving(request.raw)) reply.header('connection', 'close');
+  app.addHook('onSend', (_request, reply, payload, done) => {
     const redirect = payload === undefined ? redirectBody(reply.statusCode) : undefined;
     if (redirect !== undefined) reply.type('application/json; charset=utf-8');
     done(null, redirect ?? payload);
   });
-  // A pipelined request runs only once the ones before it can no longer close the connection.
-  app.addHook('preHandler', awaitTurn);
-  app.addHook('onResponse', forgetRequest);
+  const isStopping = options.isStopping ?? (() => false);
+  // Nothing runs after an answer that closes its connection; while stopping, answers close it.
+  await app.register(http1, { isStopping });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler(notFoundHandler);
 
