@@ -235,7 +235,10 @@ export function httpServerOptions(options: HttpServerOptions) {
     return server;
   };
 
-  const clientErrorHandler = (error: Error & { code?: string }, socket: Socket): void => {
+  const clientErrorHandler = (
+    error: Error & { code?: string; rawPacket?: unknown },
+    socket: Socket,
+  ): void => {
     if (!socket.writable || error.code === 'ECONNRESET') {
       socket.destroy();
       return;
@@ -247,7 +250,10 @@ export function httpServerOptions(options: HttpServerOptions) {
     // An error or a timeout within a request's body is that request's own.
     const exchange = latest !== undefined && !latest.request.complete ? latest : undefined;
     const refusal = {
-      ...clientErrorProblem(error.code),
+      ...clientErrorProblem(
+        error.code,
+        Buffer.isBuffer(error.rawPacket) ? error.rawPacket : undefined,
+      ),
       requestId: exchange === undefined ? randomUUID() : requestIdFor(exchange.request),
     };
     if (connection === undefined || exchange === undefined) {

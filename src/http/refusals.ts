@@ -43,11 +43,21 @@ export const problems = {
   },
 } satisfies Record<string, Problem>;
 
-/** The answer to what Node's HTTP parser reported (a parse error, a timeout, an overflow). */
-export function clientErrorProblem(code: string | undefined): Problem {
+// A request line still unfinished: a method, a space, and no line break yet.
+const unfinishedRequestLine = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\r\n]*$/;
+
+/**
+ * The answer to what Node's HTTP parser reported (a parse error, a timeout, an overflow), given
+ * the bytes it was parsing. Node counts the request line and the headers against one limit;
+ * when the overflow came before the request line ended, the target is what is too long (414,
+ * RFC 9110 §15.5.15), otherwise the header section (431).
+ */
+export function clientErrorProblem(code: string | undefined, rawPacket?: Buffer): Problem {
   switch (code) {
     case 'HPE_HEADER_OVERFLOW':
-      return { statusCode: 431, message: 'the request headers are too large' };
+      return rawPacket !== undefined && unfinishedRequestLine.test(rawPacket.toString('latin1'))
+        ? { statusCode: 414, message: 'the request target (the URL) is too long' }
+        : { statusCode: 431, message: 'the request headers are too large' };
     case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
       return { statusCode: 413, message: 'the chunk extensions are too large' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':

@@ -140,6 +140,16 @@ describe('requests that are not valid HTTP', () => {
       '{"error":431,"message":"the request headers are too large"}',
     );
   });
+
+  it('answer 414 to a request target over the limit', async () => {
+    const answer = await sendRaw(
+      `GET /plants?tag=${'a'.repeat(100_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 414 /);
+    expect(answer.split('\r\n\r\n')[1]).toBe(
+      '{"error":414,"message":"the request target (the URL) is too long"}',
+    );
+  });
 });
 
 describe('x-request-id', () => {
