@@ -235,6 +235,9 @@ describe('two replicas on a primary with a synchronous standby, behind one TCP a
       });
     }
     expect(recoveredMs).toBeLessThanOrEqual(RECOVERY_MS);
+    // Each create sent after the switch back gets a new connection, or one found writable: a
+    // connection to the standby reused would answer it 503.
+    expect(afterBack).toStrictEqual({ '200': expect.any(Number) });
     expect(leftOnStandby).toBe(0);
     expect(readyAgain).toStrictEqual(replicas.map(() => ({ status: 200, message: undefined })));
     expect(replicas.map(({ process }) => process.child.pid)).toStrictEqual(pids);
