@@ -149,8 +149,12 @@ export class WritablePool extends pg.Pool {
         return;
       }
       const generation = this.#generation;
+      // Handed out without an 'error' listener: a loss mid-question must not crash the process.
+      const ignoreLoss = () => {};
+      client.on('error', ignoreLoss);
       client.query("select current_setting('transaction_read_only') = 'on' as read_only").then(
         ({ rows }) => {
+          client.removeListener('error', ignoreLoss);
           if (rows[0]?.read_only !== true) {
             this.#writableAt.set(client, generation);
             callback(undefined, client, release);
@@ -161,6 +165,7 @@ export class WritablePool extends pg.Pool {
           callback(readOnly, undefined, () => {});
         },
         (checkError: Error) => {
+          client.removeListener('error', ignoreLoss);
           release(checkError);
           callback(checkError, undefined, () => {});
         },

@@ -1,6 +1,9 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { isDatabaseUnavailable } from '../../src/db/errors.js';
+import { openPostgres } from '../../src/db/postgres.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
 
 // A failover can leave DATABASE_URL leading, for a while, to a server that refuses writes (a
 // standby, or a demoted primary a stale DNS answer still names). Here the scratch database is
@@ -61,6 +64,35 @@ describe.each([
     expect((await t.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
     for (let id = 12; id < 22; id++) {
       expect((await postPlant(t.app, { id, name: 'After' })).statusCode).toBe(200);
+    }
+  });
+});
+
+describe('a connection lost while the pool asks it whether it accepts writes', () => {
+  it('fails that query as an unavailable database, and the process goes on', async () => {
+    const url = new URL(inject('databaseUrl'));
+    const proxy = await startFaultProxy({ host: url.hostname, port: Number(url.port) });
+    const database = openPostgres({
+      url: proxy.via(url.toString()),
+      pooler: false,
+      poolMax: 1,
+      connectTimeoutMs: 5000,
+      statementTimeoutMs: 5000,
+      onIdleError: () => {},
+    });
+    try {
+      // Connected: from now on the question is sent into the void, as a server dies mid-answer.
+      database.pool.on('connect', () => proxy.blackhole());
+      const query = database.pool.query('select 1');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await proxy.close();
+      const failure = await query.then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(isDatabaseUnavailable(failure)).toBe(true);
+    } finally {
+      await database.close();
     }
   });
 });
