@@ -60,7 +60,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config, metrics } = options;
   const app = Fastify({
     loggerInstance: options.logger,
-    logController: new RequestLog(options.logger, metrics),
+    logController: new RequestLog(metrics),
     childLoggerFactory: requestLoggerFactory,
     requestIdHeader: false,
     genReqId: requestIdFor,

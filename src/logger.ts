@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import type { FastifyBaseLogger } from 'fastify';
 import pino, {
   type Bindings,
@@ -7,73 +6,32 @@ import pino, {
   type Logger,
 } from 'pino';
 
-/**
- * Lines collect in memory and reach stdout together once this many bytes wait, or every
- * FLUSH_INTERVAL_MS: one write for dozens of request lines instead of one each.
- */
+/** Lines reach stdout together once this many bytes wait, or every FLUSH_INTERVAL_MS. */
 const BUFFER_BYTES = 8192;
 const FLUSH_INTERVAL_MS = 100;
-/** Room for a batch plus the longest line UTF-8 can make of a 16 KiB string. */
-const CAPACITY = BUFFER_BYTES + 3 * 16384;
 
-/** Blocks the thread for `ms`: a full pipe is waited out, not spun on. */
-const sleep = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-
-/** Writes all of `bytes` to `fd`, waiting while a non-blocking pipe is full. */
-function writeAll(fd: number, bytes: Uint8Array): void {
-  let offset = 0;
-  while (offset < bytes.length) {
-    try {
-      offset += fs.writeSync(fd, bytes, offset, bytes.length - offset);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') return; // e.g. EPIPE: nobody reads
-      sleep(1);
-    }
-  }
-}
-
-export interface BatchedDestination extends DestinationStream {
-  /** Writes what waits, now. */
-  flushSync(): void;
-}
+/** pino's destination, whose flushSync writes what waits, now. */
+export type BatchedDestination = ReturnType<typeof pino.destination>;
 
 /**
- * Standard output (or the file descriptor `fd`), written in batches: one write for dozens of
- * lines. Each line is encoded once, straight into a buffer that is reused, so a line costs no
- * string concatenation or copy of its own. The writes are synchronous, each of a whole batch, so
+ * Standard output (or the file descriptor `fd`) through pino's own destination, written in
+ * batches: one write for dozens of lines. The writes are synchronous, each of a whole batch, so
  * lines leave in order and whole (an asynchronous write still in flight at exit would interleave
  * with the last lines). What is left is written on exit (process.exit, an uncaught exception,
  * the end of the event loop) and at once after a fatal line (pino calls flushSync), so the lines
  * before a crash are not lost; a process killed outright (SIGKILL, the OOM killer) loses at most
- * its last FLUSH_INTERVAL_MS of lines. A write that fails for any reason but a full pipe (EPIPE:
- * the reader is gone) drops its lines: the service goes on without its log.
+ * its last FLUSH_INTERVAL_MS of lines. When the reader is gone (EPIPE), pino drops the lines:
+ * the service goes on without its log.
  */
 export function stdoutDestination(fd = 1): BatchedDestination {
-  const buffer = Buffer.allocUnsafe(CAPACITY);
-  let length = 0;
-  const flushSync = () => {
-    if (length === 0) return;
-    const batch = buffer.subarray(0, length);
-    length = 0;
-    writeAll(fd, batch);
-  };
-  const destination: BatchedDestination = {
-    write(line: string) {
-      // A string of n UTF-16 units takes at most 3n bytes in UTF-8.
-      if (length + 3 * line.length > CAPACITY) {
-        flushSync();
-        if (3 * line.length > CAPACITY) {
-          writeAll(fd, Buffer.from(line));
-          return;
-        }
-      }
-      length += buffer.write(line, length);
-      if (length >= BUFFER_BYTES) flushSync();
-    },
-    flushSync,
-  };
-  setInterval(flushSync, FLUSH_INTERVAL_MS).unref();
-  process.once('exit', flushSync);
+  const destination = pino.destination({
+    dest: fd,
+    sync: true,
+    minLength: BUFFER_BYTES,
+    periodicFlush: FLUSH_INTERVAL_MS,
+  });
+  // pino flushes a destination on exit only when its writes are asynchronous.
+  process.once('exit', () => destination.flushSync());
   return destination;
 }
 
@@ -93,9 +51,6 @@ export function isoTimeNow(now = Date.now()): string {
   const ms = now - second * 1000;
   return `${secondText}${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z`;
 }
-
-/** Where each logger made by createLogger writes, for the lines written by infoLineOf. */
-const destinations = new WeakMap<object, DestinationStream>();
 
 /** JSON lines on stdout; credentials never reach them. */
 export function createLogger(
@@ -122,31 +77,7 @@ export function createLogger(
     },
     destination,
   );
-  destinations.set(logger, destination);
   return logger;
-}
-
-/** Writes a line at level info: the object's members as JSON text, each after a comma. */
-export type InfoLine = (members: string, message: string) => void;
-
-/**
- * For a logger made by createLogger, a writer of lines at level info that skips pino's generic
- * path: the line is the one `logger.info(object, message)` writes, byte for byte (level, time,
- * the logger's bindings, the members, the message), but its members are JSON the caller wrote,
- * so nothing is walked, redacted or formatted. For a line written on every request, whose
- * fields are known; undefined for any other logger. It writes whatever the level: the caller
- * asks the logger in use whether info is enabled.
- */
-export function infoLineOf(logger: FastifyBaseLogger): InfoLine | undefined {
-  const destination = destinations.get(logger);
-  if (!destination) return undefined;
-  // The logger's own bindings (pid, hostname) as pino has serialized them: `,"pid":1,...`.
-  const bindings = (logger as unknown as Record<symbol, string>)[pino.symbols.chindingsSym] ?? '';
-  return (members, message) => {
-    destination.write(
-      `{"level":"info","time":"${isoTimeNow()}"${bindings}${members},"msg":${JSON.stringify(message)}}\n`,
-    );
-  };
 }
 
 type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
@@ -155,7 +86,7 @@ type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
  * The logger of one request, for Fastify's childLoggerFactory: pino's child logger (bindings
  * serialized, a new object on the parent's prototype chain) is made when the request first
  * logs through it, not for every request. Most requests log only their request line, which
- * src/http/request-log.ts writes with infoLineOf and the request id.
+ * src/http/request-log.ts writes with infoWithBindings.
  */
 export class RequestLogger implements FastifyBaseLogger {
   private made: FastifyBaseLogger | undefined;
@@ -186,6 +117,15 @@ export class RequestLogger implements FastifyBaseLogger {
   /** Whether this request's lines at `level` are written (its level may differ from the app's). */
   isLevelEnabled(level: string): boolean {
     return ((this.made ?? this.parent) as Logger).isLevelEnabled(level);
+  }
+
+  /**
+   * `info(fields, message)`, the line byte for byte, but with the request's bindings written
+   * among the fields by the app's logger while the request has no child logger of its own.
+   */
+  infoWithBindings(fields: object, message: string): void {
+    if (this.made) this.made.info(fields, message);
+    else this.parent.info({ ...this.bindings, ...fields }, message);
   }
 
   fatal(...args: unknown[]): void {

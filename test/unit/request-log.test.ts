@@ -9,7 +9,7 @@ async function loggingApp(level: string, requestId: string) {
   const logger = createLogger(level, { write: (line: string) => lines.push(line) });
   const app = Fastify({
     loggerInstance: logger,
-    logController: new RequestLog(logger),
+    logController: new RequestLog(),
     childLoggerFactory: requestLoggerFactory,
     genReqId: () => requestId,
   });
