@@ -18,7 +18,6 @@ import { requestIdFor } from './http/request-id.js';
 import { RequestLog } from './http/request-log.js';
 import { setSecurityHeaders } from './http/security-headers.js';
 import { createValidatorCompiler } from './http/validation.js';
-import { requestLoggerFactory } from './logger.js';
 import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
@@ -61,7 +60,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: options.logger,
     logController: new RequestLog(metrics),
-    childLoggerFactory: requestLoggerFactory,
     requestIdHeader: false,
     genReqId: requestIdFor,
     bodyLimit: config.bodyLimit,

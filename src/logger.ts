@@ -1,13 +1,7 @@
-import type { FastifyBaseLogger } from 'fastify';
-import pino, {
-  type Bindings,
-  type ChildLoggerOptions,
-  type DestinationStream,
-  type Logger,
-} from 'pino';
+import pino, { type DestinationStream, type Logger } from 'pino';
 
 /** Lines reach stdout together once this many bytes wait, or every FLUSH_INTERVAL_MS. */
-const BUFFER_BYTES = 8192;
+const BUFFER_BYTES = 4096;
 const FLUSH_INTERVAL_MS = 100;
 
 /** pino's destination, whose flushSync writes what waits, now. */
@@ -57,7 +51,7 @@ export function createLogger(
   level: string,
   destination: DestinationStream = stdoutDestination(),
 ): Logger {
-  const logger = pino(
+  return pino(
     {
       level,
       redact: {
@@ -77,88 +71,4 @@ export function createLogger(
     },
     destination,
   );
-  return logger;
-}
-
-type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
-
-/**
- * The logger of one request, for Fastify's childLoggerFactory: pino's child logger (bindings
- * serialized, a new object on the parent's prototype chain) is made when the request first
- * logs through it, not for every request. Most requests log only their request line, which
- * src/http/request-log.ts writes with infoWithBindings.
- */
-export class RequestLogger implements FastifyBaseLogger {
-  private made: FastifyBaseLogger | undefined;
-
-  constructor(
-    private readonly parent: FastifyBaseLogger,
-    private readonly bindings: Bindings,
-  ) {}
-
-  private get logger(): FastifyBaseLogger {
-    this.made ??= this.parent.child(this.bindings);
-    return this.made;
-  }
-
-  private write(level: Level, args: unknown[]): void {
-    const logger = this.logger;
-    Reflect.apply(logger[level], logger, args);
-  }
-
-  get level(): string {
-    return (this.made ?? this.parent).level;
-  }
-
-  set level(level: string) {
-    this.logger.level = level;
-  }
-
-  /** Whether this request's lines at `level` are written (its level may differ from the app's). */
-  isLevelEnabled(level: string): boolean {
-    return ((this.made ?? this.parent) as Logger).isLevelEnabled(level);
-  }
-
-  /**
-   * `info(fields, message)`, the line byte for byte, but with the request's bindings written
-   * among the fields by the app's logger while the request has no child logger of its own.
-   */
-  infoWithBindings(fields: object, message: string): void {
-    if (this.made) this.made.info(fields, message);
-    else this.parent.info({ ...this.bindings, ...fields }, message);
-  }
-
-  fatal(...args: unknown[]): void {
-    this.write('fatal', args);
-  }
-  error(...args: unknown[]): void {
-    this.write('error', args);
-  }
-  warn(...args: unknown[]): void {
-    this.write('warn', args);
-  }
-  info(...args: unknown[]): void {
-    this.write('info', args);
-  }
-  debug(...args: unknown[]): void {
-    this.write('debug', args);
-  }
-  trace(...args: unknown[]): void {
-    this.write('trace', args);
-  }
-  silent(): void {}
-
-  child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
-    return this.logger.child(bindings, options);
-  }
-}
-
-/** Fastify's childLoggerFactory: a RequestLogger, or pino's child when options are given. */
-export function requestLoggerFactory(
-  logger: FastifyBaseLogger,
-  bindings: Bindings,
-  options: ChildLoggerOptions,
-): FastifyBaseLogger {
-  for (const _option in options) return logger.child(bindings, options);
-  return new RequestLogger(logger, bindings);
 }

@@ -1,5 +1,4 @@
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
-import { RequestLogger } from '../logger.js';
 import type { Metrics } from './metrics.js';
 
 /**
@@ -37,8 +36,6 @@ export class RequestLog extends Fastify.LogController {
       durationMs,
     };
     if (error) reply.log.error({ ...line, err: error }, 'request failed while responding');
-    else if (reply.log instanceof RequestLogger)
-      reply.log.infoWithBindings(line, 'request completed');
     else reply.log.info(line, 'request completed');
   }
 }
