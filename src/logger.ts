@@ -3,6 +3,8 @@ import pino, { type DestinationStream, type Logger } from 'pino';
 /** Lines reach stdout together once this many bytes wait, or every FLUSH_INTERVAL_MS. */
 const BUFFER_BYTES = 4096;
 const FLUSH_INTERVAL_MS = 100;
+/** What a log that cannot be written (a full disk) keeps; later lines are dropped. */
+const MAX_WAITING_BYTES = 16 * 1024 * 1024;
 
 /** pino's destination, whose flushSync writes what waits, now. */
 export type BatchedDestination = ReturnType<typeof pino.destination>;
@@ -14,17 +16,22 @@ export type BatchedDestination = ReturnType<typeof pino.destination>;
  * with the last lines). What is left is written on exit (process.exit, an uncaught exception,
  * the end of the event loop) and at once after a fatal line (pino calls flushSync), so the lines
  * before a crash are not lost; a process killed outright (SIGKILL, the OOM killer) loses at most
- * its last FLUSH_INTERVAL_MS of lines. When the reader is gone (EPIPE), pino drops the lines:
- * the service goes on without its log.
+ * its last FLUSH_INTERVAL_MS of lines. A log that cannot be written drops its lines (pino stops
+ * writing once the reader is gone: EPIPE): the service goes on without its log.
  */
 export function stdoutDestination(fd = 1): BatchedDestination {
   const destination = pino.destination({
     dest: fd,
     sync: true,
     minLength: BUFFER_BYTES,
+    maxLength: MAX_WAITING_BYTES,
     periodicFlush: FLUSH_INTERVAL_MS,
   });
-  // pino flushes a destination on exit only when its writes are asynchronous.
+  destination.on('error', () => {});
+  // sonic-boom's flushSync retries a failed write forever, EPIPE included, so a fatal line (pino
+  // calls flushSync) would hang a process whose reader is gone; a synchronous flush gives up.
+  destination.flushSync = () => destination.flush();
+  // pino flushes only an asynchronous destination on exit.
   process.once('exit', () => destination.flushSync());
   return destination;
 }
