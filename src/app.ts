@@ -15,7 +15,6 @@ import { RequestLog } from './http/request-log.js';
 import { setSecurityHeaders } from './http/security-headers.js';
 import { serverSpans } from './http/server-spans.js';
 import { createValidatorCompiler } from './http/validation.js';
-import { requestLoggerFactory } from './logger.js';
 import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
@@ -49,8 +48,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { http, auth } = options.config;
   const app = Fastify({
     loggerInstance: options.logger,
-    logController: new RequestLog(options.logger, metrics),
-    childLoggerFactory: requestLoggerFactory,
+    logController: new RequestLog(metrics),
     requestIdHeader: false,
     genReqId: requestIdFor,
     bodyLimit: http.bodyLimit,

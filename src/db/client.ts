@@ -1,11 +1,15 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { PGlite } from '@electric-sql/pglite';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type pg from 'pg';
 import type { DatabaseConfig } from '../config.js';
 import { describeEmbedded, describeServer } from './describe.js';
 
-/** Drizzle's PostgreSQL API, whichever engine runs underneath. */
-export type Database = PgDatabase<PgQueryResultHKT>;
+/** Drizzle's PostgreSQL API, whichever engine runs underneath, and that engine's driver. */
+export type Database = PgDatabase<PgQueryResultHKT> & {
+  $client: pg.Pool | pg.Client | PGlite;
+};
 
 /** A PostgreSQL the service can use: a server, or the embedded engine. */
 export interface AppDatabase {

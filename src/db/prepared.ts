@@ -1,5 +1,7 @@
-import type { SQL } from 'drizzle-orm';
+import type { PGlite } from '@electric-sql/pglite';
+import { fillPlaceholders, type SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
+import type pg from 'pg';
 import type { Database } from './client.js';
 
 /** A statement written in SQL, prepared once; a run sends only its placeholders' values. */
@@ -8,6 +10,36 @@ export interface PreparedStatement<Row> {
 }
 
 const dialect = new PgDialect();
+
+/** Runs the statement with its placeholders' values. */
+type Run = (values: Record<string, unknown>) => Promise<{ rows: unknown[] }>;
+
+/**
+ * `query` rendered once, then run by the engine's own driver, each row an object or (`arrays`)
+ * the array of its columns: a pg Pool's `query({ name, ... })` (a pooler's client sends it
+ * unnamed: see poolerSafeClient), or PGlite's `query`.
+ */
+function prepare(db: Database, name: string, query: SQL, arrays: boolean): Run {
+  const { sql: text, params } = dialect.sqlToQuery(query);
+  const client = db.$client;
+  if (isPGlite(client)) {
+    const options = arrays ? ({ rowMode: 'array' } as const) : undefined;
+    return (values) => client.query(text, fillPlaceholders(params, values), options);
+  }
+  const pool = client as pg.Pool;
+  const named = name === '' ? undefined : name;
+  return arrays
+    ? (values) =>
+        pool.query({
+          name: named,
+          text,
+          values: fillPlaceholders(params, values),
+          rowMode: 'array',
+        })
+    : (values) => pool.query({ name: named, text, values: fillPlaceholders(params, values) });
+}
+
+const isPGlite = (client: Database['$client']): client is PGlite => 'waitReady' in client;
 
 /**
  * Prepares `query` under `name` (unnamed when '', or through a pooler: see poolerSafeClient), for the
@@ -20,16 +52,11 @@ export function prepareStatement<Row>(
   name: string,
   query: SQL,
 ): PreparedStatement<Row> {
-  const prepared = db._.session.prepareQuery(
-    dialect.sqlToQuery(query),
-    undefined,
-    name === '' ? undefined : name,
-    false,
-  );
+  const run = prepare(db, name, query, false);
   return {
     async execute(values) {
-      const result = (await prepared.execute(values)) as { rows: Row[] };
-      return result.rows;
+      const result = await run(values);
+      return result.rows as Row[];
     },
   };
 }
@@ -44,12 +71,11 @@ export function prepareArrayStatement<Row extends unknown[], Result>(
   query: SQL,
   read: (rows: Row[]) => Result,
 ): { execute(values: Record<string, unknown>): Promise<Result> } {
-  const prepared = db._.session.prepareQuery(
-    dialect.sqlToQuery(query),
-    undefined,
-    name === '' ? undefined : name,
-    true,
-    (rows) => read(rows as Row[]),
-  );
-  return { execute: (values) => prepared.execute(values) as Promise<Result> };
+  const run = prepare(db, name, query, true);
+  return {
+    async execute(values) {
+      const result = await run(values);
+      return read(result.rows as Row[]);
+    },
+  };
 }

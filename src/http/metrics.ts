@@ -1,12 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import {
-  Counter,
-  collectDefaultMetrics,
-  Gauge,
-  Histogram,
-  type Metric,
-  Registry,
-} from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import { errorHandler, notFoundHandler } from './errors.js';
 
 /** Live figures the metrics read when scraped. */
@@ -29,15 +22,8 @@ export interface Metrics {
   observeReadBatch(size: number): void;
 }
 
-/** The requests answered with one method, route and status, and how long each took. */
-type Answered = {
-  labels: { method: string; route: string; status_code: number };
-  count: number;
-  /** Seconds, all requests together. */
-  sum: number;
-  /** Requests per duration bucket, not cumulative; the last one is beyond every bound. */
-  buckets: number[];
-};
+/** A request's labels, as prom-client takes them. */
+type RequestLabels = { method: string; route: string; status_code: number };
 
 const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const batchBuckets = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -46,33 +32,29 @@ const batchBuckets = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 export function createMetrics(sources: MetricsSources = {}): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  // Each request is counted in plain numbers (see observeRequest), handed to prom-client only
-  // when scraped: a request costs three map lookups and a few additions, not label validation
-  // and hashing in a counter and a histogram.
-  const answered = new Map<string, Map<string, Map<number, Answered>>>();
-  const everyAnswered = function* () {
-    for (const byMethod of answered.values()) {
-      for (const byStatus of byMethod.values()) yield* byStatus.values();
-    }
-  };
+  // Its count per label set is the requests counter's value, read when scraped: a request
+  // costs one histogram observation, not a counter's too.
   new Counter({
     name: 'http_requests_total',
     help: 'HTTP requests answered, by method, route and status',
     labelNames: ['method', 'route', 'status_code'],
     registers: [registry],
-    collect() {
+    async collect() {
       this.reset();
-      for (const { labels, count } of everyAnswered()) this.inc(labels, count);
+      for (const { labels, value, metricName } of (await durations.get()).values) {
+        if (metricName === 'http_request_duration_seconds_count') this.inc(labels, value);
+      }
     },
   });
-  registry.registerMetric(
-    durationHistogram(
-      'http_request_duration_seconds',
-      'Time from receiving a request to sending its answer, by method, route and status',
-      everyAnswered,
-      () => answered.clear(),
-    ),
-  );
+  const durations = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'Time from receiving a request to sending its answer, by method, route and status',
+    labelNames: ['method', 'route', 'status_code'],
+    buckets: durationBuckets,
+    registers: [registry],
+  });
+  // Each label set made once, so that a request makes no object of its own.
+  const requestLabels = new Map<string, Map<string, Map<number, RequestLabels>>>();
   const batches = new Histogram({
     name: 'plant_store_write_batch_size',
     help: 'Creates carried by each INSERT of the write path',
@@ -142,29 +124,22 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
   return {
     registry,
     observeRequest(method, route, status, seconds) {
-      let byMethod = answered.get(route);
+      let byMethod = requestLabels.get(route);
       if (!byMethod) {
         byMethod = new Map();
-        answered.set(route, byMethod);
+        requestLabels.set(route, byMethod);
       }
       let byStatus = byMethod.get(method);
       if (!byStatus) {
         byStatus = new Map();
         byMethod.set(method, byStatus);
       }
-      let requests = byStatus.get(status);
-      if (!requests) {
-        const labels = { method, route, status_code: status };
-        requests = { labels, count: 0, sum: 0, buckets: durationBuckets.map(() => 0).concat(0) };
-        byStatus.set(status, requests);
+      let labels = byStatus.get(status);
+      if (!labels) {
+        labels = { method, route, status_code: status };
+        byStatus.set(status, labels);
       }
-      requests.count++;
-      requests.sum += seconds;
-      let bucket = 0;
-      while (bucket < durationBuckets.length && seconds > (durationBuckets[bucket] as number)) {
-        bucket++;
-      }
-      requests.buckets[bucket] = (requests.buckets[bucket] as number) + 1;
+      durations.observe(labels, seconds);
     },
     observeBatch(size) {
       batches.observe(size);
@@ -173,51 +148,6 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       readBatches.observe(size);
     },
   };
-}
-
-/**
- * A histogram of request durations in prom-client's registry, its values read when scraped from
- * the counts of observeRequest: the same series, names and labels as a prom-client Histogram.
- */
-function durationHistogram(
-  name: string,
-  help: string,
-  answered: () => Iterable<Answered>,
-  forget: () => void,
-) {
-  const values = () => {
-    const samples: Array<{ labels: object; value: number; metricName: string }> = [];
-    for (const { labels, count, sum, buckets } of answered()) {
-      let cumulative = 0;
-      durationBuckets.forEach((bound, i) => {
-        cumulative += buckets[i] as number;
-        samples.push({
-          labels: { le: bound, ...labels },
-          value: cumulative,
-          metricName: `${name}_bucket`,
-        });
-      });
-      samples.push({
-        labels: { le: '+Inf', ...labels },
-        value: count,
-        metricName: `${name}_bucket`,
-      });
-      samples.push({ labels, value: sum, metricName: `${name}_sum` });
-      samples.push({ labels, value: count, metricName: `${name}_count` });
-    }
-    return samples;
-  };
-  const metric = {
-    name,
-    help,
-    type: 'histogram',
-    aggregator: 'sum',
-    get: async () => ({ name, help, type: 'histogram', aggregator: 'sum', values: values() }),
-    // registry.resetMetrics(): the counts behind both request metrics start again from zero.
-    reset: forget,
-  };
-  // prom-client's registry takes any object of this shape; its types name only its own classes.
-  return metric as unknown as Metric;
 }
 
 /** GET /metrics in Prometheus' text format, without authentication. */

@@ -1,5 +1,4 @@
-import Fastify, { type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
-import { type InfoLine, infoLineOf, RequestLogger } from '../logger.js';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Metrics } from './metrics.js';
 
 /**
@@ -7,15 +6,8 @@ import type { Metrics } from './metrics.js';
  * the metrics when given (routes without a match count as one label, not one per URL).
  */
 export class RequestLog extends Fastify.LogController {
-  private readonly infoLine: InfoLine | undefined;
-
-  /** `logger`: the app's logger; one made by createLogger gets its request lines written fast. */
-  constructor(
-    logger?: FastifyBaseLogger,
-    private readonly metrics?: Metrics,
-  ) {
+  constructor(private readonly metrics?: Metrics) {
     super();
-    this.infoLine = logger && infoLineOf(logger);
   }
 
   override incomingRequest(): void {}
@@ -36,20 +28,6 @@ export class RequestLog extends Fastify.LogController {
       elapsedMs / 1000,
     );
     const durationMs = Math.round(elapsedMs * 100) / 100;
-    // The line below as pino writes it, but written directly: a request's logger that is still
-    // a RequestLogger binds only the request id (tracing gives it a child with more bindings).
-    if (!error && this.infoLine && reply.log instanceof RequestLogger) {
-      // The request's level, which it may have changed, not the app's.
-      if (!reply.log.isLevelEnabled('info')) return;
-      const routeMember = route === undefined ? '' : `,"route":${JSON.stringify(route)}`;
-      this.infoLine(
-        `,"reqId":${JSON.stringify(request.id)},"method":${JSON.stringify(request.method)}` +
-          `,"url":${JSON.stringify(request.url)}${routeMember}` +
-          `,"statusCode":${reply.statusCode},"durationMs":${durationMs}`,
-        'request completed',
-      );
-      return;
-    }
     const line = {
       method: request.method,
       url: request.url,
