@@ -50,6 +50,7 @@ const serverOnly = [
   'test/integration/create-path.test.ts',
   'test/integration/read-only.test.ts',
   'test/integration/exhaustion.test.ts',
+  'test/integration/log-secrets.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];

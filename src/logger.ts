@@ -53,7 +53,37 @@ export function isoTimeNow(now = Date.now()): string {
   return `${secondText}${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z`;
 }
 
-/** JSON lines on stdout; credentials never reach them. */
+const MESSAGE_MAX_LENGTH = 300;
+
+/**
+ * An error as the log shows it: its name, code (a SQLSTATE or a system error's), the first line
+ * of its message, its stack and its causes. Never the fields a driver hangs on it: a pg
+ * connection (with its cancel key) on an idle connection's error, a statement's values, a
+ * server's detail quoting a row. Drizzle's message ends with the statement's parameters, so only
+ * a message's first line is kept.
+ */
+export function errorForLog(error: unknown, depth = 0): unknown {
+  if (!(error instanceof Error)) {
+    return typeof error === 'string' ? error.slice(0, MESSAGE_MAX_LENGTH) : typeof error;
+  }
+  const { code, statement } = error as { code?: unknown; statement?: unknown };
+  const [firstLine = ''] = error.message.split('\n', 1);
+  return {
+    type: error.name,
+    message: firstLine.slice(0, MESSAGE_MAX_LENGTH),
+    ...(typeof code === 'string' && { code }),
+    ...(typeof statement === 'string' && { statement }),
+    // The frames only: the stack's first lines repeat the whole message.
+    stack: error.stack
+      ?.split('\n')
+      .filter((line) => line.startsWith('    at '))
+      .slice(0, 8)
+      .join('\n'),
+    ...(error.cause !== undefined && depth < 3 && { cause: errorForLog(error.cause, depth + 1) }),
+  };
+}
+
+/** JSON lines on stdout; credentials and driver objects never reach them. */
 export function createLogger(
   level: string,
   destination: DestinationStream = stdoutDestination(),
@@ -66,12 +96,13 @@ export function createLogger(
           'req.headers.authorization',
           'request.headers.authorization',
           'headers.authorization',
-          'config.apiTokens',
+          'config.auth.tokens',
           'config.webhooks.secret',
           'webhooks.secret',
         ],
         censor: '[redacted]',
       },
+      serializers: { err: errorForLog },
       // pino.stdTimeFunctions.isoTime's text, made as isoTimeNow makes it.
       timestamp: () => `,"time":"${isoTimeNow()}"`,
       formatters: { level: (label) => ({ level: label }) },

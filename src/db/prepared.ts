@@ -3,6 +3,7 @@ import { fillPlaceholders, type SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 import type { Database } from './client.js';
+import { StatementError } from './errors.js';
 
 /** A statement written in SQL, prepared once; a run sends only its placeholders' values. */
 export interface PreparedStatement<Row> {
@@ -55,8 +56,11 @@ export function prepareStatement<Row>(
   const run = prepare(db, name, query, false);
   return {
     async execute(values) {
-      const result = await run(values);
-      return result.rows as Row[];
+      try {
+        return (await run(values)).rows as Row[];
+      } catch (error) {
+        throw new StatementError(name || 'an unnamed statement', error);
+      }
     },
   };
 }
@@ -74,8 +78,13 @@ export function prepareArrayStatement<Row extends unknown[], Result>(
   const run = prepare(db, name, query, true);
   return {
     async execute(values) {
-      const result = await run(values);
-      return read(result.rows as Row[]);
+      let rows: unknown[];
+      try {
+        rows = (await run(values)).rows;
+      } catch (error) {
+        throw new StatementError(name || 'an unnamed statement', error);
+      }
+      return read(rows as Row[]);
     },
   };
 }

@@ -2,6 +2,14 @@ import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Metrics } from './metrics.js';
 
 /**
+ * The URL with the value of any `access_token` query parameter redacted: the service does not
+ * accept tokens there (RFC 6750 §2.3 advises against it), but one a client sent is not logged.
+ */
+function withoutAccessToken(url: string): string {
+  return url.replace(/([?&]access_token=)[^&#]*/g, '$1[redacted]');
+}
+
+/**
  * One log line per request, written when the response is finished, and the request counted in
  * the metrics when given (routes without a match count as one label, not one per URL).
  */
@@ -30,7 +38,7 @@ export class RequestLog extends Fastify.LogController {
     const durationMs = Math.round(elapsedMs * 100) / 100;
     const line = {
       method: request.method,
-      url: request.url,
+      url: request.url.includes('access_token=') ? withoutAccessToken(request.url) : request.url,
       route,
       statusCode: reply.statusCode,
       durationMs,
