@@ -38,7 +38,8 @@ function withDatabase(url: string, name: string): string {
   return parsed.toString();
 }
 
-async function onServer(text: string): Promise<void> {
+/** Runs SQL on the test server's own database, as its administrator (beside any scratch one). */
+export async function onServer(text: string): Promise<void> {
   const client = new pg.Client({ connectionString: inject('databaseUrl') });
   await client.connect();
   try {

@@ -1,6 +1,6 @@
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { onServer } from '../helpers/database.js';
 import { startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
 
 // Secrets and private data that reach the service, each spelled so that it cannot appear in a
@@ -8,16 +8,6 @@ import { startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
 const PLANT_NAME = 'Private body 5f1e9c';
 const URL_CREDENTIAL = 'url-credential-77ad3b';
 const QUERY_TOKEN = 'query-token-c2b8e1';
-
-async function asAdmin(text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: inject('databaseUrl') });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
 
 describe('the log, under database failures and careless clients', () => {
   let t: TestApp;
@@ -36,17 +26,17 @@ describe('the log, under database failures and careless clients', () => {
     const name = new URL(t.database.url ?? '').pathname.slice(1);
     expect((await postPlant(t.app, { id: 1, name: PLANT_NAME })).statusCode).toBe(200);
     // Connections killed under the service: the pool reports the idle ones it loses.
-    await asAdmin(
+    await onServer(
       `select pg_terminate_backend(pid) from pg_stat_activity where datname = '${name}'`,
     );
     await new Promise((resolve) => setTimeout(resolve, 200));
     // Failed INSERTs: the server refuses writes for a while.
-    await asAdmin(`alter database ${name} set default_transaction_read_only = on`);
-    await asAdmin(
+    await onServer(`alter database ${name} set default_transaction_read_only = on`);
+    await onServer(
       `select pg_terminate_backend(pid) from pg_stat_activity where datname = '${name}'`,
     );
     for (let id = 2; id < 6; id++) await postPlant(t.app, { id, name: PLANT_NAME });
-    await asAdmin(`alter database ${name} reset default_transaction_read_only`);
+    await onServer(`alter database ${name} reset default_transaction_read_only`);
     // A token in the query string, which the service does not accept but must not log either.
     await t.app.inject({
       method: 'GET',

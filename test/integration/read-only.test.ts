@@ -1,23 +1,13 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { isDatabaseUnavailable } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { onServer } from '../helpers/database.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
 
 // A failover can leave DATABASE_URL leading, for a while, to a server that refuses writes (a
 // standby, or a demoted primary a stale DNS answer still names). Here the scratch database is
 // made read-only for new sessions and its sessions are ended, as a switch of servers ends them.
-
-async function asAdmin(text: string): Promise<void> {
-  const client = new pg.Client({ connectionString: inject('databaseUrl') });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
 
 describe.each([
   ['directly', {}],
@@ -29,8 +19,8 @@ describe.each([
     t = await startTestApp({ env });
     name = new URL(t.database.url ?? '').pathname.slice(1);
     expect((await postPlant(t.app, { id: 1, name: 'Before' })).statusCode).toBe(200);
-    await asAdmin(`alter database ${name} set default_transaction_read_only = on`);
-    await asAdmin(
+    await onServer(`alter database ${name} set default_transaction_read_only = on`);
+    await onServer(
       `select pg_terminate_backend(pid) from pg_stat_activity where datname = '${name}'`,
     );
   });
@@ -60,7 +50,7 @@ describe.each([
   });
 
   it('serves again by itself, from the first request, once the database accepts writes', async () => {
-    await asAdmin(`alter database ${name} reset default_transaction_read_only`);
+    await onServer(`alter database ${name} reset default_transaction_read_only`);
     expect((await t.app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
     for (let id = 12; id < 22; id++) {
       expect((await postPlant(t.app, { id, name: 'After' })).statusCode).toBe(200);
