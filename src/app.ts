@@ -4,7 +4,7 @@ import type { Config } from './config.js';
 import { createTokenVerifier } from './http/auth.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
 import { http1, httpServerOptions } from './http/connections.js';
-import { ErrorSchema, errorHandler, notFoundHandler, redirectBody } from './http/errors.js';
+import { ErrorSchema, errorHandler, notFoundHandler } from './http/errors.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { registerJsonBodyParser } from './http/json.js';
 import { collectServedMethods } from './http/methods.js';
@@ -71,11 +71,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // An unknown route is answered at once: its body is neither read nor parsed.
     if (request.is404) notFoundHandler(request, reply);
     else done();
-  });
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    const redirect = payload === undefined ? redirectBody(reply.statusCode) : undefined;
-    if (redirect !== undefined) reply.type('application/json; charset=utf-8');
-    done(null, redirect ?? payload);
   });
   const isStopping = options.isStopping ?? (() => false);
   // Nothing runs after an answer that closes its connection; while stopping, answers close it.

@@ -58,6 +58,8 @@ export function forCallers<T>(
   const valid = callers.filter(
     (caller): caller is SpanContext => caller !== undefined && isSpanContextValid(caller),
   );
+  // No caller in a trace (always so while tracing is off): the statement needs no context.
+  if (valid.length === 0) return work();
   return context.with(ROOT_CONTEXT.setValue(CALLERS, valid), work);
 }
 
@@ -96,6 +98,8 @@ export async function statementSpan<T>(
 ): Promise<T> {
   const active = context.active();
   const callers = active.getValue(CALLERS) as SpanContext[] | undefined;
+  // Outside every trace (always so while tracing is off), a statement makes no span.
+  if (callers === undefined && trace.getSpan(active) === undefined) return run();
   let parent = active;
   let links: Link[] | undefined;
   if (callers !== undefined) {

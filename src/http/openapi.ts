@@ -1,6 +1,7 @@
 import swagger, { type OpenAPIV3_2 } from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
+import { redirectBody } from './errors.js';
 
 /** An OpenAPI Example Object: a body as the service accepts or sends it. */
 export interface Example {
@@ -135,7 +136,19 @@ export async function registerOpenApi(
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  await app.register(swaggerUi, {
+  // The reference page's routes are the service's only redirects: only they pay for the hook.
+  await app.register(async (docs) => {
+    docs.addHook('onSend', (_request, reply, payload, done) => {
+      const redirect = payload === undefined ? redirectBody(reply.statusCode) : undefined;
+      if (redirect !== undefined) reply.type('application/json; charset=utf-8');
+      done(null, redirect ?? payload);
+    });
+    await docs.register(swaggerUi, swaggerUiOptions(docsPrefix));
+  });
+}
+
+function swaggerUiOptions(docsPrefix: string) {
+  return {
     routePrefix: docsPrefix,
     // Without the top bar: its logo is an SVG with an inline <style>, which DOCS_CSP refuses,
     // and its box loads any other document into the page.
@@ -151,5 +164,5 @@ export async function registerOpenApi(
       ],
     },
     staticCSP: DOCS_CSP,
-  });
+  };
 }

@@ -1,8 +1,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { DatabaseUnavailableError } from '../db/errors.js';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
+import { answerWithin } from '../http/deadline.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import type { OperationExamples } from '../http/openapi.js';
@@ -88,21 +88,10 @@ export async function plantRoutes(
   { plants, verifyToken, limits, answerWithinMs }: PlantRoutesOptions,
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
-  /**
-   * The store's answer, or a 503 once `answerWithinMs` has passed: a request waits for a batch, a
-   * pooled connection and its statement, and all of that must fit in the statement timeout. The
-   * work goes on; a create answered 503 may still commit, and a retry finds it (a replay).
-   */
-  const answered = <T>(work: Promise<T>): Promise<T> => {
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new DatabaseUnavailableError(`no answer within ${answerWithinMs} ms`)),
-        answerWithinMs,
-      );
-    });
-    return Promise.race([work, late]).finally(() => clearTimeout(timer));
-  };
+  // A request waits for a batch, a pooled connection and its statement: all of it must fit in
+  // the statement timeout. The work goes on after a 503; a create that still commits is found
+  // by its retry (a replay).
+  const answered = answerWithin(answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
 
   api.post(
