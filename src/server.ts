@@ -77,8 +77,10 @@ try {
   // Listen first: probes get their answers while the database opens, which can take seconds.
   await service.listen();
   await service.open();
-  const startupMs = Math.round(process.uptime() * 1000);
-  logger.info({ startupMs }, `started in ${startupMs} ms`);
+  if (stopSignalAt === undefined) {
+    const startupMs = Math.round(process.uptime() * 1000);
+    logger.info({ startupMs }, `started in ${startupMs} ms`);
+  }
 } catch (error) {
   // A signal during the start: stop() is shutting down, and decides the exit code.
   if (stopSignalAt === undefined) {

@@ -76,6 +76,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
   let dispatcher: Dispatcher | undefined;
   let metricsServer: FastifyInstance | undefined;
   let stopping = false;
+  let opening: Promise<void> | undefined;
   let closing: Promise<void> | undefined;
 
   const tracing = await startTracing(deps.env ?? {});
@@ -115,7 +116,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
         return await attempt();
       } catch (error) {
         if (!isDatabaseUnavailable(error) || stopping) throw error;
-        const cause = error instanceof Error ? error.message : String(error);
+        const cause = failureForLog(error).reason;
         logger.warn(
           { cause, retryInMs: delay },
           `${what}: the database is not reachable yet (${cause}); retrying in ${delay} ms`,
@@ -142,8 +143,9 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     return database;
   }
 
-  async function open(): Promise<void> {
+  async function openOnce(): Promise<void> {
     const db = await openDatabaseOnce();
+    if (stopping) return;
     if (config.database.migrateOnStart) {
       const applied = await whenDatabaseAnswers('migrating', () => db.migrate());
       logger.info({ migrations: applied }, describeMigrations(applied, 'the database'));
@@ -200,15 +202,20 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       await new Promise((resolve) => setTimeout(resolve, notReadyMs));
     }
     logger.info('shutting down: finishing in-flight requests');
-    // Each step waits for the one before it: requests first, then the work they started.
-    await app.close();
-    await metricsServer?.close();
-    await repository?.drain();
-    // Attempts in flight get half the grace period; the rest are given back to other replicas.
-    await dispatcher?.stop(config.shutdown.timeoutMs / 2);
-    await database?.close();
-    // The spans of the last requests and deliveries, still buffered.
-    await tracing?.shutdown();
+    try {
+      // Each step waits for the one before it: requests first, then the work they started.
+      await app.close();
+      await metricsServer?.close();
+      // A database still opening is closed once it is open (PGlite takes seconds to create).
+      await opening?.catch(() => {});
+      await repository?.drain();
+      // Attempts in flight get half the grace period; the rest are given back to other replicas.
+      await dispatcher?.stop(config.shutdown.timeoutMs / 2);
+      await database?.close();
+    } finally {
+      // The spans of the last requests and deliveries, still buffered.
+      await tracing?.shutdown();
+    }
   }
 
   return {
@@ -216,7 +223,10 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     logger,
     metrics,
     listen,
-    open,
+    open: () => {
+      opening ??= openOnce();
+      return opening;
+    },
     close: (options = {}) => {
       closing ??= shutDown(options.notReadyMs ?? 0);
       return closing;

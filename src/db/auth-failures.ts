@@ -52,7 +52,10 @@ type CountRow = { address: string; failures: number; remaining_ms: number };
  * failure is refused (QueueFullError) and its caller counts it elsewhere.
  */
 export function createAuthFailureCounts(db: Database, options: AuthFailureCountsOptions) {
-  const remainingMs = sql`ceil(extract(epoch from window_ends - now()) * 1000)::int4`;
+  // now() is when a statement's transaction began: one that waited on another's row may see
+  // a window that began after it, so the time left is capped at the window.
+  const remainingMs = sql`least(ceil(extract(epoch from window_ends - now()) * 1000),
+    ${sql.placeholder('windowMs')}::int4)::int4`;
   const record = prepareStatement<CountRow>(
     db,
     'auth_failures_record',
@@ -119,7 +122,7 @@ export function createAuthFailureCounts(db: Database, options: AuthFailureCounts
   return {
     recordFailure: (address: string) => failures.add(address),
     async throttled() {
-      const rows = await throttled.execute({});
+      const rows = await throttled.execute({ windowMs: options.windowMs });
       return rows.map(({ address, remaining_ms }) => ({ address, remainingMs: remaining_ms }));
     },
     async forgetExpired() {

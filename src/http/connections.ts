@@ -19,6 +19,7 @@ import {
   writeRefusal,
 } from './refusals.js';
 import { requestIdFor } from './request-id.js';
+import { urlForLog } from './request-log.js';
 
 /**
  * HTTP/1.1 below and around the router. Pipelined requests still run side by side, but a
@@ -165,7 +166,7 @@ export function httpServerOptions(options: HttpServerOptions) {
       {
         reqId: refusal.requestId,
         method: request?.method,
-        url: request?.url,
+        url: urlForLog(request?.url),
         statusCode: refusal.statusCode,
         code,
       },

@@ -21,12 +21,15 @@ export function answerWithin(ms: number): <T>(work: Promise<T>) => Promise<T> {
   function expire(): void {
     timer = undefined;
     const now = performance.now();
+    // One failure for the requests that expire together, so that the log has one line for them.
+    let late: DatabaseUnavailableError | undefined;
     for (; next < waiting.length; next++) {
       const entry = waiting[next] as Waiting;
       if (entry.settled) continue;
       if (entry.at > now) break;
       entry.settled = true;
-      entry.reject(new DatabaseUnavailableError(`no answer within ${ms} ms`));
+      late ??= new DatabaseUnavailableError(`no answer within ${ms} ms`);
+      entry.reject(late);
     }
     waiting = waiting.slice(next);
     next = 0;

@@ -1,12 +1,17 @@
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Metrics } from './metrics.js';
 
+const accessToken = /([?&]access(?:_|%5f)token=)[^&#]*/gi;
+
 /**
- * The URL with the value of any `access_token` query parameter redacted: the service does not
- * accept tokens there (RFC 6750 §2.3 advises against it), but one a client sent is not logged.
+ * The URL as the log shows it: the value of any `access_token` query parameter (in any case,
+ * its underscore percent-encoded or not) redacted. The service does not accept tokens there
+ * (RFC 6750 §2.3 advises against it), but one a client sent must not reach the log.
  */
-function withoutAccessToken(url: string): string {
-  return url.replace(/([?&]access_token=)[^&#]*/g, '$1[redacted]');
+export function urlForLog(url: string | undefined): string | undefined {
+  // Most URLs have no query string: they cost one indexOf.
+  if (url === undefined || url.indexOf('?') === -1) return url;
+  return url.replace(accessToken, '$1[redacted]');
 }
 
 /**
@@ -38,7 +43,7 @@ export class RequestLog extends Fastify.LogController {
     const durationMs = Math.round(elapsedMs * 100) / 100;
     const line = {
       method: request.method,
-      url: request.url.includes('access_token=') ? withoutAccessToken(request.url) : request.url,
+      url: urlForLog(request.url),
       route,
       statusCode: reply.statusCode,
       durationMs,

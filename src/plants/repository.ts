@@ -7,6 +7,7 @@ import {
   RowRejectedError,
 } from '../db/errors.js';
 import { activeTraceparent, databaseSpanAttributes, statementSpan } from '../db/spans.js';
+import { INT64_MAX, INT64_MIN } from '../kinds.js';
 import {
   createPlantQueries,
   emptyPage,
@@ -61,9 +62,6 @@ export interface RepositoryOptions extends QueryOptions {
   /** The PostgreSQL server the statements go to, as their spans name it; absent when embedded. */
   databaseUrl?: string | undefined;
 }
-
-const INT64_MAX = 2n ** 63n - 1n;
-const INT64_MIN = -(2n ** 63n);
 
 /**
  * The plant store. Creates and reads by id are coalesced: the requests that arrive while the
