@@ -18,7 +18,7 @@ import { distFolder } from './paths.js';
 const fromDist = (file: string) => import(pathToFileURL(join(distFolder, file)).href);
 const { ConfigError, loadConfig } = (await fromDist('config.js')) as typeof ConfigModule;
 const { createService } = (await fromDist('service.js')) as typeof ServiceModule;
-const { storedPlantsJson } = (await fromDist('plants/serialize.js')) as typeof SerializeModule;
+const { storedPlantJson } = (await fromDist('plants/serialize.js')) as typeof SerializeModule;
 
 let config: ConfigModule.Config;
 try {
@@ -37,13 +37,9 @@ const repository: PlantRepository = {
   }),
   getPlant: async (id) => ({ id, name: 'Monstera deliciosa', tag: 'aroid' }),
   listPlants: async ({ limit, after = 0n }) => ({
-    json: storedPlantsJson(
-      Array.from({ length: limit }, (_, i) => ({
-        id: after + 1n + BigInt(i),
-        name: 'Monstera deliciosa',
-        tag: 'aroid',
-      })),
-    ),
+    json: `[${Array.from({ length: limit }, (_, i) =>
+      storedPlantJson({ id: after + 1n + BigInt(i), name: 'Monstera deliciosa', tag: 'aroid' }),
+    ).join(',')}]`,
     count: limit,
     lastId: after + BigInt(limit),
   }),

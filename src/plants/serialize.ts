@@ -14,7 +14,3 @@ export function plantJson(id: bigint | string, name: string, tag: string | undef
   const tagMember = tag === undefined ? '' : `,"tag":${JSON.stringify(tag)}`;
   return `{"id":${id},"name":${JSON.stringify(name)}${tagMember}}`;
 }
-
-export function storedPlantsJson(plants: StoredPlant[]): string {
-  return `[${plants.map(storedPlantJson).join(',')}]`;
-}

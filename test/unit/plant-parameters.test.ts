@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { HttpError } from '../../src/http/errors.js';
 import { parseInt64, parsePageQuery } from '../../src/plants/parameters.js';
-import { storedPlantJson, storedPlantsJson } from '../../src/plants/serialize.js';
+import { storedPlantJson } from '../../src/plants/serialize.js';
 
 /** The status and message a parse fails with. */
 function failure(parse: () => unknown): { status: number; message: string } {
@@ -129,20 +129,5 @@ describe('a stored plant as JSON', () => {
   ])('escapes %j so that a JSON parser reads it back exactly', (text) => {
     const json = storedPlantJson({ id: 1n, name: text, tag: text });
     expect(JSON.parse(json)).toStrictEqual({ id: 1, name: text, tag: text });
-  });
-
-  it('writes a list as a JSON array, empty included', () => {
-    expect(storedPlantsJson([])).toBe('[]');
-    expect(
-      JSON.parse(
-        storedPlantsJson([
-          { id: 1n, name: 'a' },
-          { id: 2n, name: 'b', tag: 't' },
-        ]),
-      ),
-    ).toStrictEqual([
-      { id: 1, name: 'a' },
-      { id: 2, name: 'b', tag: 't' },
-    ]);
   });
 });
