@@ -2,7 +2,6 @@ import { sql } from 'drizzle-orm';
 import { boolean, index, integer, pgTable, text, timestamp } from 'drizzle-orm/pg-core';
 import { createBatchQueue } from './batch-queue.js';
 import type { Database } from './client.js';
-import { isDatabaseUnavailable, sqlStateOf } from './errors.js';
 import { prepareStatement } from './prepared.js';
 
 /**
@@ -33,13 +32,6 @@ export interface AuthFailureCountsOptions {
   /** Failures that throttle an address. */
   limit: number;
   windowMs: number;
-}
-
-/** A failure to log: the statement's name and why, never its parameters (client addresses). */
-function loggable(statement: string, error: unknown): Error {
-  const state = sqlStateOf(error);
-  if (isDatabaseUnavailable(error)) return new Error(`${statement}: the database is unavailable`);
-  return new Error(`${statement} failed${state ? ` with SQLSTATE ${state}` : ''}`);
 }
 
 type CountRow = { address: string; failures: number; remaining_ms: number };
@@ -96,16 +88,12 @@ export function createAuthFailureCounts(db: Database, options: AuthFailureCounts
           if (same) same.push(pending);
           else byAddress.set(pending.item, [pending]);
         }
-        const rows = await record
-          .execute({
-            addresses: [...byAddress.keys()],
-            counts: [...byAddress.values()].map((pending) => pending.length),
-            limit: options.limit,
-            windowMs: options.windowMs,
-          })
-          .catch((error) => {
-            throw loggable('auth_failures_record', error);
-          });
+        const rows = await record.execute({
+          addresses: [...byAddress.keys()],
+          counts: [...byAddress.values()].map((pending) => pending.length),
+          limit: options.limit,
+          windowMs: options.windowMs,
+        });
         for (const row of rows) {
           const pending = byAddress.get(row.address) ?? [];
           // The batch's failures of one address are counted in the order they arrived.

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { failureForLog } from '../db/errors.js';
 import { clientKeyOf } from './client-address.js';
 
 /** The failures of one client address within its window so far, and the time left in it. */
@@ -118,8 +119,9 @@ export function createFailureThrottle(options: FailureThrottleOptions): FailureT
       return counted;
     } catch (error) {
       if (!storeFailing) {
+        // The statement's name and why (a StatementError), never its parameters (addresses).
         log.warn(
-          { err: error },
+          failureForLog(error),
           'failed authentications are counted per replica until the database answers',
         );
       }
