@@ -20,6 +20,8 @@ export const EnvironmentSchema = Type.Object({
   DATA_DIR: Type.String({ minLength: 1, default: '.data' }),
   API_TOKENS: Type.Optional(Type.String()),
   API_TOKENS_FILE: Type.Optional(Type.String()),
+  ADMIN_TOKENS: Type.Optional(Type.String()),
+  ADMIN_TOKENS_FILE: Type.Optional(Type.String()),
   LOG_LEVEL: Type.Union(
     logLevels.map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -53,6 +55,11 @@ export const EnvironmentSchema = Type.Object({
   WEBHOOK_TIMEOUT_MS: integer(100, 300_000, 15_000),
   WEBHOOK_RETRY_SCHEDULE: Type.String({ default: '5,300,1800,7200,18000,36000,36000' }),
   WEBHOOK_CONCURRENCY: integer(1, 10_000, 64),
+  WEBHOOK_ENCRYPTION_KEY: Type.Optional(Type.String()),
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Boolean({ default: false }),
+  WEBHOOK_ROTATION_GRACE_S: integer(0, 31_536_000, 86_400),
+  WEBHOOK_DISABLE_AFTER_S: integer(60, 31_536_000, 432_000),
+  WEBHOOK_LOG_RETENTION_S: integer(60, 31_536_000, 604_800),
 });
 type Environment = Static<typeof EnvironmentSchema>;
 
@@ -139,28 +146,33 @@ function parseTokenEntries(variable: string, entries: string[]): string[] {
   return entries;
 }
 
-function readTokens(environment: Environment): string[] {
+/** The entries of a token list variable and of its file variable (one entry per line). */
+function readTokens(
+  variable: 'API_TOKENS' | 'ADMIN_TOKENS',
+  listed: string | undefined,
+  file: string | undefined,
+): string[] {
   const tokens = parseTokenEntries(
-    'API_TOKENS',
-    (environment.API_TOKENS ?? '')
+    variable,
+    (listed ?? '')
       .split(',')
       .map((entry) => entry.trim())
       .filter((entry) => entry !== ''),
   );
-  if (environment.API_TOKENS_FILE) {
+  if (file) {
     let text: string;
     try {
-      text = readFileSync(environment.API_TOKENS_FILE, 'utf8');
+      text = readFileSync(file, 'utf8');
     } catch (error) {
       throw new ConfigError(
-        `API_TOKENS_FILE cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`,
+        `${variable}_FILE cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`,
       );
     }
     const lines = text
       .split(/\r?\n/)
       .map((line) => line.trim())
       .filter((line) => line !== '' && !line.startsWith('#'));
-    tokens.push(...parseTokenEntries('API_TOKENS_FILE', lines));
+    tokens.push(...parseTokenEntries(`${variable}_FILE`, lines));
   }
   return tokens;
 }
@@ -215,25 +227,44 @@ function parseRetrySchedule(value: string): number[] {
   return steps.map(Number);
 }
 
+function parseEncryptionKey(value: string | undefined): Buffer | undefined {
+  if (value === undefined) return undefined;
+  const key = Buffer.from(value, 'base64');
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(value) || key.length !== 32) {
+    throw new ConfigError('WEBHOOK_ENCRYPTION_KEY must be the base64 encoding of 32 bytes');
+  }
+  return key;
+}
+
 function readWebhooks(environment: Environment) {
   const secret =
     environment.WEBHOOK_SECRET === undefined
       ? undefined
       : parseWebhookSecret(environment.WEBHOOK_SECRET);
-  const retrySchedule = parseRetrySchedule(environment.WEBHOOK_RETRY_SCHEDULE);
-  if (environment.WEBHOOK_URLS === undefined) return undefined;
-  const urls = parseWebhookUrls(environment.WEBHOOK_URLS);
-  if (secret === undefined) {
+  const urls =
+    environment.WEBHOOK_URLS === undefined ? [] : parseWebhookUrls(environment.WEBHOOK_URLS);
+  if (urls.length > 0 && secret === undefined) {
     throw new ConfigError(
       'WEBHOOK_SECRET must be set when WEBHOOK_URLS is (whsec_ followed by a base64-encoded key)',
     );
   }
   return {
+    /** The operator's static subscribers, all signed with `secret`; may be empty. */
     urls,
     secret,
     timeoutMs: environment.WEBHOOK_TIMEOUT_MS,
-    retrySchedule,
+    retrySchedule: parseRetrySchedule(environment.WEBHOOK_RETRY_SCHEDULE),
     concurrency: environment.WEBHOOK_CONCURRENCY,
+    /** Endpoint secrets are sealed with this AES-256-GCM key when it is set. */
+    encryptionKey: parseEncryptionKey(environment.WEBHOOK_ENCRYPTION_KEY),
+    /** Let endpoints reach loopback, private and link-local addresses (development, tests). */
+    allowPrivateNetworks: environment.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+    /** How long the key before a rotation still signs, in seconds. */
+    rotationGraceS: environment.WEBHOOK_ROTATION_GRACE_S,
+    /** An endpoint whose attempts all failed for this long is disabled, in seconds. */
+    disableAfterS: environment.WEBHOOK_DISABLE_AFTER_S,
+    /** How long attempts and failed deliveries are kept, in seconds. */
+    logRetentionS: environment.WEBHOOK_LOG_RETENTION_S,
   };
 }
 
@@ -244,7 +275,12 @@ export interface LoadConfigOptions {
 
 export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = {}) {
   const environment = readEnvironment(env);
-  const apiTokens = readTokens(environment);
+  const apiTokens = readTokens('API_TOKENS', environment.API_TOKENS, environment.API_TOKENS_FILE);
+  const adminTokens = readTokens(
+    'ADMIN_TOKENS',
+    environment.ADMIN_TOKENS,
+    environment.ADMIN_TOKENS_FILE,
+  );
   const webhooks = readWebhooks(environment);
   if (environment.METRICS_PORT !== undefined && environment.METRICS_PORT === environment.PORT) {
     throw new ConfigError('METRICS_PORT must differ from PORT');
@@ -304,6 +340,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
     auth: {
       /** Tokens, or `sha256:` digests of tokens. Never logged. */
       tokens: apiTokens,
+      /** Tokens of the webhook management API, same forms. Never logged. */
+      adminTokens,
       /** Failed authentications per client address and window before 429; 0 switches it off. */
       failuresPerAddress: environment.AUTH_FAILURE_LIMIT,
       /** IPv6 clients are counted per network of this prefix length: one subscriber holds a /64. */
@@ -312,7 +350,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
       requestsPerToken: environment.TOKEN_RATE_LIMIT,
       windowMs: environment.RATE_LIMIT_WINDOW_MS,
     },
-    /** The newPlant webhook; undefined when WEBHOOK_URLS is not set. */
+    /** The newPlant webhook: static subscribers, and the endpoints made through the API. */
     webhooks,
   };
 }
@@ -321,4 +359,4 @@ export type Config = ReturnType<typeof loadConfig>;
 export type DatabaseConfig = Config['database'];
 export type HttpConfig = Config['http'];
 export type AuthConfig = Config['auth'];
-export type WebhookConfig = NonNullable<ReturnType<typeof readWebhooks>>;
+export type WebhookConfig = Config['webhooks'];

@@ -57,7 +57,7 @@ const starting = () =>
   new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
 
 /** Whether the newPlant webhook is on, and to whom: origins and paths, never query strings. */
-function describeWebhooks(webhooks: Config['webhooks']): string {
+function describeWebhooks(webhooks: Config['webhooks'] | undefined): string {
   if (!webhooks) return 'webhooks: off (set WEBHOOK_URLS and WEBHOOK_SECRET to send new plants)';
   const receivers = webhooks.urls.map((url) => {
     const { origin, pathname } = new URL(url);
@@ -155,7 +155,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       limit: config.auth.failuresPerAddress,
       windowMs: config.auth.windowMs,
     });
-    const webhooks = config.webhooks;
+    const webhooks = config.webhooks.urls.length > 0 ? config.webhooks : undefined;
     repository = deps.repository
       ? deps.repository(db)
       : createPlantRepository(db.db, {

@@ -98,7 +98,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { config, logger, metrics } = options;
   const leaseMs = leaseMsFor(config);
   const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
-  const key = signingKey(config.secret);
+  const key = signingKey(config.secret ?? '');
   let running = false;
   let stopping = false;
   // Aborts the attempts still in flight when shutdown can wait no longer.

@@ -1,5 +1,15 @@
 import { sql } from 'drizzle-orm';
-import { bigint, index, integer, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
+import {
+  bigint,
+  boolean,
+  check,
+  index,
+  integer,
+  pgTable,
+  text,
+  timestamp,
+  uuid,
+} from 'drizzle-orm/pg-core';
 
 /**
  * Events recorded in the transaction of the write that made them, through the SQL function
@@ -18,17 +28,44 @@ export const webhookEvents = pgTable('webhook_events', {
 });
 
 /**
- * The newPlant webhook's outbox: one row per event and subscriber URL, written when a dispatcher
- * takes the event. A row lives until its event is delivered (then it is deleted) or its
- * last attempt fails (then `failed_at` is set and it waits for an operator's redelivery).
+ * Subscribers made through the management API, each with its own signing key. The keys are
+ * stored sealed (see secrets.ts): encrypted under WEBHOOK_ENCRYPTION_KEY when it is set.
+ */
+export const webhookEndpoints = pgTable('webhook_endpoints', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  url: text('url').notNull(),
+  description: text('description').notNull().default(''),
+  disabled: boolean('disabled').notNull().default(false),
+  disabledReason: text('disabled_reason'),
+  /** The signing key, sealed. */
+  secret: text('secret').notNull(),
+  /** The key before the last rotation, sealed: it signs too until `previous_secret_until`. */
+  previousSecret: text('previous_secret'),
+  previousSecretUntil: timestamp('previous_secret_until', { withTimezone: true }),
+  /** When the first of an unbroken run of failed attempts was made; null after a success. */
+  failingSince: timestamp('failing_since', { withTimezone: true }),
+  createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+/**
+ * The newPlant webhook's outbox: one row per event and subscriber, written when a dispatcher
+ * takes the event. A subscriber is a static URL (`url`) or an endpoint (`endpoint_id`), never
+ * both. A row lives until its event is delivered (then it is deleted) or its last attempt fails
+ * (then `failed_at` is set and it waits for a redelivery, or for the retention to end).
  */
 export const webhookDeliveries = pgTable(
   'webhook_deliveries',
   {
     id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
-    /** The event, sent as `webhook-id`: the same on every attempt and for every URL. */
+    /** The event, sent as `webhook-id`: the same on every attempt and for every subscriber. */
     eventId: uuid('event_id').notNull(),
-    url: text('url').notNull(),
+    /** A static subscriber (WEBHOOK_URLS). */
+    url: text('url'),
+    /** An endpoint of the management API; its deliveries go with it. */
+    endpointId: bigint('endpoint_id', { mode: 'bigint' }).references(() => webhookEndpoints.id, {
+      onDelete: 'cascade',
+    }),
     /** The exact bytes that are signed and sent. */
     body: text('body').notNull(),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
@@ -36,16 +73,55 @@ export const webhookDeliveries = pgTable(
     attempts: integer('attempts').notNull().default(0),
     /** When the next attempt may start; while an attempt runs, when its claim expires. */
     nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }).notNull().defaultNow(),
-    /** Set when the delivery was given up: after the last attempt, or at once on a 410. */
+    /** Set when the delivery was given up: after the last attempt, on a 410, or never sent. */
     failedAt: timestamp('failed_at', { withTimezone: true }),
     /** The last failed attempt: the receiver's status, or why there was none. */
     lastStatus: integer('last_status'),
     lastError: text('last_error'),
   },
   (table) => [
+    check(
+      'webhook_deliveries_one_subscriber',
+      sql`(${table.url} is null) <> (${table.endpointId} is null)`,
+    ),
     // The due work of one URL, oldest first: claims and the oldest-due metric are range scans.
     index('webhook_deliveries_due_idx')
       .on(table.url, table.nextAttemptAt)
       .where(sql`${table.failedAt} is null`),
+    // The same for endpoints.
+    index('webhook_deliveries_endpoint_due_idx')
+      .on(table.endpointId, table.nextAttemptAt)
+      .where(sql`${table.failedAt} is null and ${table.endpointId} is not null`),
+    // An endpoint's deliveries: its recover, and the delete that goes with it.
+    index('webhook_deliveries_endpoint_idx')
+      .on(table.endpointId, table.failedAt)
+      .where(sql`${table.endpointId} is not null`),
+    // Failed deliveries, for the retention's sweep.
+    index('webhook_deliveries_failed_idx')
+      .on(table.failedAt)
+      .where(sql`${table.failedAt} is not null`),
+  ],
+);
+
+/** What became of each attempt of a delivery to an endpoint, kept WEBHOOK_LOG_RETENTION_S. */
+export const webhookAttempts = pgTable(
+  'webhook_attempts',
+  {
+    id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+    endpointId: bigint('endpoint_id', { mode: 'bigint' })
+      .notNull()
+      .references(() => webhookEndpoints.id, { onDelete: 'cascade' }),
+    eventId: uuid('event_id').notNull(),
+    plantId: bigint('plant_id', { mode: 'bigint' }),
+    succeeded: boolean('succeeded').notNull(),
+    responseStatus: integer('response_status'),
+    error: text('error'),
+    durationMs: integer('duration_ms').notNull(),
+    attemptedAt: timestamp('attempted_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (table) => [
+    // An endpoint's log, newest first, is a backward range scan.
+    index('webhook_attempts_endpoint_idx').on(table.endpointId, table.id),
+    index('webhook_attempts_attempted_at_idx').on(table.attemptedAt),
   ],
 );

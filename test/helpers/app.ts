@@ -46,7 +46,8 @@ export interface TestAppOptions {
   /** As the process tells the app that it is shutting down. */
   isStopping?: () => boolean;
   /** Send the newPlant webhook, with a dispatcher running as in production. */
-  webhooks?: WebhookConfig;
+  /** Webhook settings over those of the environment (WEBHOOK_* in `env`). */
+  webhooks?: Partial<WebhookConfig>;
   /** Where the log goes instead of `logs`, e.g. the service's own stdout destination. */
   logDestination?: DestinationStream;
 }
@@ -91,7 +92,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     ...options.env,
   });
   const service = await createService(
-    { ...config, webhooks: options.webhooks },
+    { ...config, webhooks: { ...config.webhooks, ...options.webhooks } },
     {
       logger,
       ...(!databaseUrl && { database: database.open() }),

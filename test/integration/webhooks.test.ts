@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { WebhookConfig } from '../../src/config.js';
+import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
@@ -23,6 +23,7 @@ afterEach(async () => {
 /** Short delays, so retries happen within a test. */
 function webhookConfig(urls: string[], overrides: Partial<WebhookConfig> = {}): WebhookConfig {
   return {
+    ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
     urls,
     secret: WEBHOOK_SECRET,
     timeoutMs: 1000,

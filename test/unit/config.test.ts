@@ -36,13 +36,56 @@ describe('loadConfig', () => {
       },
       auth: {
         tokens: ['secret-token'],
+        adminTokens: [],
         failuresPerAddress: 30,
         ipv6Prefix: 64,
         requestsPerToken: 0,
         windowMs: 60000,
       },
-      webhooks: undefined,
+      webhooks: {
+        urls: [],
+        secret: undefined,
+        timeoutMs: 15000,
+        retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
+        concurrency: 64,
+        encryptionKey: undefined,
+        allowPrivateNetworks: false,
+        rotationGraceS: 86400,
+        disableAfterS: 432000,
+        logRetentionS: 604800,
+      },
     });
+  });
+
+  it('reads the webhook management settings', () => {
+    const key = Buffer.alloc(32, 7);
+    const config = loadConfig({
+      ...base,
+      ADMIN_TOKENS: `admin-one,${digest}`,
+      WEBHOOK_ENCRYPTION_KEY: key.toString('base64'),
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      WEBHOOK_ROTATION_GRACE_S: '60',
+      WEBHOOK_DISABLE_AFTER_S: '3600',
+      WEBHOOK_LOG_RETENTION_S: '7200',
+    });
+    expect(config.auth.adminTokens).toStrictEqual(['admin-one', digest]);
+    expect(config.webhooks).toMatchObject({
+      encryptionKey: key,
+      allowPrivateNetworks: true,
+      rotationGraceS: 60,
+      disableAfterS: 3600,
+      logRetentionS: 7200,
+    });
+  });
+
+  it.each([
+    ['a key of 31 bytes', Buffer.alloc(31).toString('base64')],
+    ['a key of 33 bytes', Buffer.alloc(33).toString('base64')],
+    ['text that is not base64', 'not a key at all, not even close!!'],
+  ])('refuses WEBHOOK_ENCRYPTION_KEY as %s', (_, value) => {
+    expect(() => loadConfig({ ...base, WEBHOOK_ENCRYPTION_KEY: value })).toThrow(
+      new ConfigError('WEBHOOK_ENCRYPTION_KEY must be the base64 encoding of 32 bytes'),
+    );
   });
 
   it('reads every variable', () => {

@@ -1,0 +1,25 @@
+/**
+ * The public ids of endpoints (`ep_`) and of attempts (`att_`): a prefix and the row's bigint
+ * key as 16 hex digits, so that ids sort as text in the order of their rows, and a page's
+ * `after` names a row without the client learning anything it could rely on.
+ */
+const HEX_DIGITS = 16;
+
+function format(prefix: string, key: bigint | string): string {
+  return prefix + BigInt(key).toString(16).padStart(HEX_DIGITS, '0');
+}
+
+function parse(prefix: string, id: string): bigint | undefined {
+  if (id.length !== prefix.length + HEX_DIGITS || !id.startsWith(prefix)) return undefined;
+  const digits = id.slice(prefix.length);
+  return /^[0-9a-f]+$/.test(digits) ? BigInt(`0x${digits}`) : undefined;
+}
+
+export const ENDPOINT_ID_PREFIX = 'ep_';
+export const ATTEMPT_ID_PREFIX = 'att_';
+
+export const endpointIdOf = (key: bigint | string) => format(ENDPOINT_ID_PREFIX, key);
+export const attemptIdOf = (key: bigint | string) => format(ATTEMPT_ID_PREFIX, key);
+/** The row key of an endpoint id; undefined when it is not one. */
+export const endpointKeyOf = (id: string) => parse(ENDPOINT_ID_PREFIX, id);
+export const attemptKeyOf = (id: string) => parse(ATTEMPT_ID_PREFIX, id);
