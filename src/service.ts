@@ -14,6 +14,7 @@ import { startTracing } from './tracing/start.js';
 import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createOutbox } from './webhooks/outbox.js';
+import { createUpkeep } from './webhooks/upkeep.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */
@@ -56,15 +57,16 @@ const idle = { queued: 0, inFlight: 0 };
 const starting = () =>
   new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
 
-/** Whether the newPlant webhook is on, and to whom: origins and paths, never query strings. */
-function describeWebhooks(webhooks: Config['webhooks'] | undefined): string {
-  if (!webhooks) return 'webhooks: off (set WEBHOOK_URLS and WEBHOOK_SECRET to send new plants)';
+/** To whom the newPlant webhook goes: static origins and paths (never query strings). */
+function describeWebhooks(webhooks: Config['webhooks']): string {
+  const endpoints = 'the endpoints made through /webhooks/endpoints';
+  if (webhooks.urls.length === 0) return `webhooks: sending each new plant to ${endpoints}`;
   const receivers = webhooks.urls.map((url) => {
     const { origin, pathname } = new URL(url);
     return `${origin}${pathname}`;
   });
-  const count = receivers.length === 1 ? '1 subscriber' : `${receivers.length} subscribers`;
-  return `webhooks: on, sending each new plant to ${count}: ${receivers.join(', ')}`;
+  const count = receivers.length === 1 ? '1 URL' : `${receivers.length} URLs`;
+  return `webhooks: sending each new plant to ${count} (${receivers.join(', ')}) and to ${endpoints}`;
 }
 
 /** The one place the service is assembled: every part is made here, and closed here. */
@@ -155,31 +157,29 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       limit: config.auth.failuresPerAddress,
       windowMs: config.auth.windowMs,
     });
-    const webhooks = config.webhooks.urls.length > 0 ? config.webhooks : undefined;
+    const webhooks = config.webhooks;
     repository = deps.repository
       ? deps.repository(db)
       : createPlantRepository(db.db, {
           textAsBytes: db.engine === 'pglite',
           databaseUrl: config.database.url,
-          ...(webhooks && { recordEvents: true, onCreated: () => dispatcher?.wake() }),
+          // Static subscribers want every event; endpoints live in the database, which knows.
+          recordEvents: webhooks.urls.length > 0 ? 'always' : 'when-subscribed',
+          onCreated: () => dispatcher?.wake(),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });
-    if (webhooks) {
-      const statements = createOutbox(db.db, {
-        urls: webhooks.urls,
-        leaseMs: leaseMsFor(webhooks),
-      });
-      dispatcher = createDispatcher({
-        db: db.db,
-        config: webhooks,
-        logger,
-        outbox: statements,
-        metrics: createWebhookMetrics(metrics.registry, () => statements.stats()),
-      });
-      dispatcher.start();
-    }
-    logger.info({ webhookSubscribers: webhooks?.urls.length ?? 0 }, describeWebhooks(webhooks));
+    const upkeep = createUpkeep(db.db, webhooks);
+    dispatcher = createDispatcher({
+      db: db.db,
+      config: webhooks,
+      logger,
+      outbox: createOutbox(db.db, { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) }),
+      upkeep,
+      metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
+    });
+    dispatcher.start();
+    logger.info({ webhookSubscribers: webhooks.urls.length }, describeWebhooks(webhooks));
   }
 
   async function listen(): Promise<void> {

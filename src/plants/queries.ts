@@ -26,10 +26,13 @@ export const emptyPage: PlantPage = { json: '[]', count: 0, lastId: undefined };
 /** The statements of the plant store, one query each. */
 export interface PlantQueries {
   /**
-   * Inserts the rows whose ids are new; returns those ids. `traceContext` (a W3C traceparent)
-   * goes with their created events, when events are recorded.
+   * Inserts the rows whose ids are new; returns those ids, and how many created events were
+   * recorded with them. `traceContext` (a W3C traceparent) goes with those events.
    */
-  insertNew(rows: NewPlant[], traceContext?: string): Promise<{ ids: Set<bigint> }>;
+  insertNew(
+    rows: NewPlant[],
+    traceContext?: string,
+  ): Promise<{ ids: Set<bigint>; recorded: number }>;
   /**
    * Inserts the rows whose ids are new and locks the stored row of every other id until the
    * statement commits, so none can vanish before it is read; returns every row as stored.
@@ -37,7 +40,7 @@ export interface PlantQueries {
   insertOrLock(
     rows: NewPlant[],
     traceContext?: string,
-  ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }> }>;
+  ): Promise<{ rows: Array<StoredPlant & { inserted: boolean }>; recorded: number }>;
   /** The stored plants among `ids`. */
   findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
   listPage(range: PageRange): Promise<PlantPage>;
@@ -54,9 +57,11 @@ export interface QueryOptions {
   textAsBytes: boolean;
   /**
    * Record a created event for each plant a statement really inserts, in that statement, through
-   * the SQL function record_created_events. Without it, the statements write plants only.
+   * the SQL function record_created_events: `always`, or `when-subscribed` (the function then
+   * records them only while the database knows of a subscriber). Without it, the statements
+   * write plants only.
    */
-  recordEvents?: boolean | undefined;
+  recordEvents?: 'always' | 'when-subscribed' | undefined;
 }
 
 /** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
@@ -180,15 +185,22 @@ export function createPlantQueries(
     names: textArrayLiteral(rows.map((row) => row.name)),
     tags: textArrayLiteral(rows.map((row) => row.tag ?? null)),
   });
-  const withEvents = recordEvents ? eventStatements(db, textAsBytes) : undefined;
+  const withEvents = recordEvents ? eventStatements(db, textAsBytes, recordEvents) : undefined;
 
   return {
     async insertNew(rows, traceContext) {
       const values = arrays(rows);
-      const inserted = await (withEvents
-        ? withEvents.insertNew.execute(withEvents.parameters(rows, values, traceContext))
-        : insertNew.execute(values));
-      return { ids: new Set(inserted.map((row) => BigInt(row.id))) };
+      if (withEvents) {
+        const inserted = await withEvents.insertNew.execute(
+          withEvents.parameters(rows, values, traceContext),
+        );
+        return {
+          ids: new Set(inserted.map((row) => BigInt(row.id))),
+          recorded: inserted[0]?.recorded ?? 0,
+        };
+      }
+      const inserted = await insertNew.execute(values);
+      return { ids: new Set(inserted.map((row) => BigInt(row.id))), recorded: 0 };
     },
     async insertOrLock(rows, traceContext) {
       const values = arrays(rows);
@@ -196,10 +208,16 @@ export function createPlantQueries(
         const stored = await withEvents.insertOrLock.execute(
           withEvents.parameters(rows, values, traceContext),
         );
-        return { rows: stored.map((row) => ({ ...readPlant(row), inserted: row.inserted })) };
+        return {
+          rows: stored.map((row) => ({ ...readPlant(row), inserted: row.inserted })),
+          recorded: stored[0]?.recorded ?? 0,
+        };
       }
       const stored = await insertOrLock.execute(values);
-      return { rows: stored.map((row) => ({ ...toStoredPlant(row), inserted: row.inserted })) };
+      return {
+        rows: stored.map((row) => ({ ...toStoredPlant(row), inserted: row.inserted })),
+        recorded: 0,
+      };
     },
     async findByIds(ids) {
       const found = new Map<bigint, StoredPlant>();
@@ -252,7 +270,12 @@ export function textArrayLiteral(values: ReadonlyArray<string | null>): string {
  * PostgreSQL runs a SELECT in a WITH only as far as it is read: the final select reads
  * `recorded`, which calls the function once with every payload.
  */
-function eventStatements(db: Database, textAsBytes: boolean) {
+function eventStatements(
+  db: Database,
+  textAsBytes: boolean,
+  mode: NonNullable<QueryOptions['recordEvents']>,
+) {
+  const unconditionally = sql.raw(mode === 'always' ? 'true' : 'false');
   const text = (column: string) =>
     sql.raw(textAsBytes ? `convert_to(written.${column}, 'UTF8')` : `written.${column}`);
   const input = sql`unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('names')}::text[],
@@ -263,9 +286,9 @@ function eventStatements(db: Database, textAsBytes: boolean) {
                join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('payloads')}::text[])
                  as offered(id, payload) on offered.id = written.id
               where ${where}),
-           ${sql.placeholder('traceContext')}::text) as count
+           ${sql.placeholder('traceContext')}::text, ${unconditionally}) as count
   )`;
-  const insertNew = prepareStatement<{ id: string }>(
+  const insertNew = prepareStatement<{ id: string; recorded: number }>(
     db,
     'plants_insert_batch_events',
     sql`with written as (
@@ -274,10 +297,10 @@ function eventStatements(db: Database, textAsBytes: boolean) {
           returning id
         ),
         ${recorded(sql`true`)}
-        select written.id::text as id from written, recorded`,
+        select written.id::text as id, recorded.count as recorded from written, recorded`,
   );
   // As insertOrLock above; xmax is 0 only on a row this statement inserted.
-  const insertOrLock = prepareStatement<ReadRow & { inserted: boolean }>(
+  const insertOrLock = prepareStatement<ReadRow & { inserted: boolean; recorded: number }>(
     db,
     'plants_insert_or_lock_events',
     sql`with written as (
@@ -286,7 +309,8 @@ function eventStatements(db: Database, textAsBytes: boolean) {
           returning id, name, tag, xmax = 0 as inserted
         ),
         ${recorded(sql`written.inserted`)}
-        select written.id::text as id, ${text('name')} as name, ${text('tag')} as tag, written.inserted
+        select written.id::text as id, ${text('name')} as name, ${text('tag')} as tag,
+               written.inserted, recorded.count as recorded
           from written, recorded`,
   );
   return {

@@ -57,7 +57,7 @@ export interface RepositoryOptions extends QueryOptions {
   writes: BatchQueueOptions;
   /** Reads by id: each batch is one SELECT. */
   reads: BatchQueueOptions;
-  /** Called once a statement that created plants (and recorded their events) has committed. */
+  /** Called once a statement that recorded created events has committed. */
   onCreated?: () => void;
   /** The PostgreSQL server the statements go to, as their spans name it; absent when embedded. */
   databaseUrl?: string | undefined;
@@ -175,8 +175,8 @@ function createPlantsInBatch(
   }
 
   async function insertThenRead(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
-    const { ids: inserted } = await queries.insertNew(rows);
-    if (inserted.size > 0) onCreated();
+    const { ids: inserted, recorded } = await queries.insertNew(rows);
+    if (recorded > 0) onCreated();
     const outcomes = new Map<bigint, StoreOutcome>();
     const existing: bigint[] = [];
     for (const row of rows) {
@@ -202,8 +202,8 @@ function createPlantsInBatch(
   }
 
   async function insertOrLock(rows: NewPlant[]): Promise<Map<bigint, StoreOutcome>> {
-    const { rows: stored } = await queries.insertOrLock(rows);
-    if (stored.some((row) => row.inserted)) onCreated();
+    const { rows: stored, recorded } = await queries.insertOrLock(rows);
+    if (recorded > 0) onCreated();
     return new Map(stored.map((row) => [row.id, { created: row.inserted, stored: plantOf(row) }]));
   }
 

@@ -1,7 +1,7 @@
 import type { KeyObject } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import type { ClaimedDelivery } from './outbox.js';
-import { signature, webhookId } from './signature.js';
+import { signatures, webhookId } from './signature.js';
 
 /** How one attempt ended. Only a 2xx answered within the time limit is a delivery. */
 export type AttemptResult =
@@ -15,7 +15,8 @@ export interface AttemptOptions {
   client: Dispatcher;
   /** Path and query of the delivery's URL. */
   path: string;
-  key: KeyObject;
+  /** The keys that sign it: one, or after a rotation the new and the old. */
+  keys: readonly KeyObject[];
   timeoutMs: number;
   /** Abandons the attempt (at shutdown). */
   signal?: AbortSignal;
@@ -45,8 +46,8 @@ const timeoutCodes = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOU
  * stream of every answer: deliveries are as many as creates.
  */
 export function attemptDelivery(
-  delivery: ClaimedDelivery,
-  { client, path, key, timeoutMs, signal }: AttemptOptions,
+  delivery: Pick<ClaimedDelivery, 'eventId' | 'body'>,
+  { client, path, keys, timeoutMs, signal }: AttemptOptions,
 ): Promise<AttemptResult> {
   const id = webhookId(delivery.eventId);
   const timestamp = Math.floor(Date.now() / 1000);
@@ -85,7 +86,7 @@ export function attemptDelivery(
           'webhook-timestamp',
           String(timestamp),
           'webhook-signature',
-          signature(key, id, timestamp, delivery.body),
+          signatures(keys, id, timestamp, delivery.body),
         ],
         body: delivery.body,
         headersTimeout: timeoutMs,

@@ -1,15 +1,23 @@
 import { setMaxListeners } from 'node:events';
-import type { Attributes } from '@opentelemetry/api';
 import type { FastifyBaseLogger } from 'fastify';
-import { Pool } from 'undici';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import { type AttemptResult, attemptDelivery } from './attempt.js';
-import { attemptSpan, receiverSpanAttributes } from './attempt-span.js';
+import type { AttemptResult } from './attempt.js';
+import { createFanOutLoop } from './fan-out.js';
+import { createLanes, type Lane, sendOn } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
-import { type ClaimedDelivery, createOutbox, type Outbox, type Outcome } from './outbox.js';
+import { type ClaimedDelivery, createOutbox, laneKeyOf, type Outbox } from './outbox.js';
+import {
+  createOutcomeStatements,
+  type DisabledEndpoint,
+  GONE_REASON,
+  type OutcomeStatements,
+  plantIdOf,
+} from './outcomes.js';
+import { createRecorder } from './recorder.js';
 import { describeFailure, nextStep } from './schedule.js';
-import { signingKey, webhookId } from './signature.js';
+import { webhookId } from './signature.js';
+import { createUpkeep, type Upkeep } from './upkeep.js';
 
 /** A claim outlives the attempt's time limit by this much, so a live holder always finishes first. */
 export const LEASE_MARGIN_MS = 5000;
@@ -17,22 +25,16 @@ export const LEASE_MARGIN_MS = 5000;
 const START_MARGIN_MS = 1000;
 /** How often a dispatcher looks for events and due deliveries that nobody announced to it. */
 const POLL_INTERVAL_MS = 1000;
+/** How often old attempts and failed deliveries are swept away (WEBHOOK_LOG_RETENTION_S). */
+const SWEEP_INTERVAL_MS = 60_000;
+/** An endpoint's lane with nothing to do for this long is closed (it is made again if needed). */
+const IDLE_LANE_MS = 60_000;
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
-/**
- * A woken fan-out looks at events recorded after the last one taken, less this many: it does
- * not walk the index entries of the events already gone (until a vacuum), and still finds events
- * whose statements committed out of order. Anything older is the poll's, which looks at all.
- */
+/** A woken fan-out looks this many positions before the last event taken (see fan-out.ts). */
 const FAN_OUT_MARGIN = 10_000n;
-/** Deliveries that may wait in one URL's queue; beyond, new ones are released at once. */
+/** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
-/**
- * Outcomes are written together, at most this often: one DELETE for hundreds of deliveries
- * costs the database about what one costs, and a claim lasts far longer than the wait.
- */
-const RECORD_INTERVAL_MS = 100;
-const RECORD_BATCH_MAX = 5000;
 
 export interface Dispatcher {
   /**
@@ -40,6 +42,11 @@ export interface Dispatcher {
    * that has just recorded some. Nothing depends on it: the poll fans out every event too.
    */
   wake(): void;
+  /**
+   * An endpoint was changed or deleted through this process: deliveries of it that wait here
+   * are given back and claimed again as it now is, so no attempt starts with what it was.
+   */
+  endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
   start(): void;
   /**
@@ -48,7 +55,7 @@ export interface Dispatcher {
    * records every outcome.
    */
   stop(waitMs: number): Promise<void>;
-  /** Attempts in flight and deliveries waiting for one, over every URL. */
+  /** Attempts in flight and deliveries waiting for one, over every lane. */
   stats(): { inFlight: number; queued: number };
 }
 
@@ -57,8 +64,10 @@ export interface DispatcherOptions {
   config: WebhookConfig;
   logger: FastifyBaseLogger;
   metrics?: WebhookMetrics;
-  /** The outbox's statements; made from `db` unless given. */
+  /** The statements; made from `db` unless given. */
   outbox?: Outbox;
+  outcomes?: OutcomeStatements;
+  upkeep?: Upkeep;
 }
 
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
@@ -66,107 +75,52 @@ export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
   return config.timeoutMs + LEASE_MARGIN_MS;
 }
 
-/** One subscriber: its connections, its queue and its attempts in flight. */
-interface Lane {
-  url: string;
-  /** Origin and path, for the log: a query string may carry a credential. */
-  receiver: string;
-  /** What the span of every attempt says of the receiver. */
-  receiverAttributes: Attributes;
-  path: string;
-  pool: Pool;
-  queue: ClaimedDelivery[];
-  inFlight: Set<ClaimedDelivery>;
-  claiming: boolean;
-  claimAgain: boolean;
-  /** The last claim took all it asked for: more may be due. */
-  backlog: boolean;
-  wakeAt: number;
-  wakeTimer: NodeJS.Timeout | undefined;
-}
-
 /**
- * Delivers the newPlant webhook. A fan-out takes the events that writers recorded, writes one
- * delivery per URL, born claimed by this process, and attempts them at once; it runs when this
- * process is woken after recording events and at every poll, so events that a dead process
- * recorded are fanned out by any other. A poll also claims whatever deliveries are due (retries,
- * those whose holder died). Both take rows with FOR UPDATE SKIP LOCKED, so processes share the
- * work and no delivery has two attempts at once. At most `concurrency` attempts per URL are in
- * flight, over keep-alive connections; a slow or dead receiver holds only its own URL's slots.
+ * Delivers the newPlant webhook to static URLs and to endpoints. A fan-out takes the events
+ * that writers recorded, writes one delivery per subscriber, born claimed by this process, and
+ * attempts them at once; it runs when this process is woken after recording events and at every
+ * poll, so events that a dead process recorded are fanned out by any other. A poll also claims
+ * whatever deliveries are due (retries, those whose holder died). Both take rows with FOR UPDATE
+ * SKIP LOCKED, so processes share the work and no delivery has two attempts at once. At most
+ * `concurrency` attempts per subscriber are in flight, over keep-alive connections; a slow or
+ * dead receiver holds only its own lane's slots.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { config, logger, metrics } = options;
   const leaseMs = leaseMsFor(config);
   const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
-  const key = signingKey(config.secret ?? '');
+  const upkeep = options.upkeep ?? createUpkeep(options.db, config);
+  const recorder = createRecorder(
+    options.outcomes ?? createOutcomeStatements(options.db, config),
+    logger,
+    disabledByReceivers,
+  );
+  const record = recorder.record;
+  const makeLanes = createLanes(config);
   let running = false;
   let stopping = false;
   // Aborts the attempts still in flight when shutdown can wait no longer.
   const abandon = new AbortController();
-  // Every attempt in flight listens to it: as many as the URLs' concurrency allows.
+  // Every attempt in flight listens to it: as many as the lanes' concurrency allows.
   setMaxListeners(0, abandon.signal);
   let pollTimer: NodeJS.Timeout | undefined;
-
-  const unrecorded: Outcome[] = [];
-  let recording: Promise<void> | undefined;
-  let recordTimer: NodeJS.Timeout | undefined;
-
-  /** Writes the outcomes noted so far, one write at a time; resolves when all are written. */
-  async function recordOutcomes(): Promise<void> {
-    clearTimeout(recordTimer);
-    recordTimer = undefined;
-    while (recording) await recording;
-    if (unrecorded.length === 0) return;
-    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
-    recording = outbox.recordOutcomes(batch).then(
-      () => {},
-      (error) => {
-        // The claims expire and the deliveries are attempted again: at least once still holds.
-        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
-      },
-    );
-    await recording;
-    recording = undefined;
-    if (unrecorded.length > 0) {
-      scheduleRecording(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
-    }
-  }
-
-  let recordSoon = false;
-  function scheduleRecording(soon = false): void {
-    if (recordTimer !== undefined && (recordSoon || !soon)) return;
-    clearTimeout(recordTimer);
-    recordSoon = soon;
-    recordTimer = setTimeout(recordOutcomes, soon ? 0 : RECORD_INTERVAL_MS);
-  }
-
-  // A retry is written at once, so that it is due when this process wakes up for it.
-  const record = (outcome: Outcome) => {
-    unrecorded.push(outcome);
-    scheduleRecording(outcome.kind !== 'delivered');
-  };
+  let lastSweep = performance.now();
 
   const lanes = new Map<string, Lane>();
-  for (const url of config.urls) {
-    const parsed = new URL(url);
-    const receiver = `${parsed.origin}${parsed.pathname}`;
-    lanes.set(url, {
-      url,
-      receiver,
-      receiverAttributes: receiverSpanAttributes(parsed, receiver),
-      path: `${parsed.pathname}${parsed.search}`,
-      pool: new Pool(parsed.origin, {
-        connections: config.concurrency,
-        connect: { timeout: config.timeoutMs },
-      }),
-      queue: [],
-      inFlight: new Set(),
-      claiming: false,
-      claimAgain: false,
-      backlog: false,
-      wakeAt: Number.POSITIVE_INFINITY,
-      wakeTimer: undefined,
-    });
+  if (config.secret !== undefined) {
+    for (const url of config.urls) lanes.set(url, makeLanes.staticLane(url, config.secret));
+  }
+
+  /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
+  function laneOf(delivery: ClaimedDelivery): Lane | undefined {
+    const key = laneKeyOf(delivery);
+    let lane = lanes.get(key);
+    if (delivery.endpoint === undefined) return lane;
+    if (lane === undefined) {
+      lane = makeLanes.endpointLane(delivery.endpoint);
+      lanes.set(key, lane);
+    } else makeLanes.retarget(lane, delivery.endpoint);
+    return lane;
   }
 
   /** The latest moment an attempt of `delivery` may start and still end within its claim. */
@@ -188,34 +142,42 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
     lane.inFlight.add(delivery);
-    const result = await attemptSpan(
-      {
-        receiver: lane.receiverAttributes,
-        webhookId: webhookId(delivery.eventId),
-        attempt: delivery.attempt,
-        traceparent: delivery.traceparent,
-      },
-      () =>
-        attemptDelivery(delivery, {
-          client: lane.pool,
-          path: lane.path,
-          key,
-          timeoutMs: config.timeoutMs,
-          signal: abandon.signal,
-        }),
-    );
+    lane.lastBusy = performance.now();
+    const startedAt = Date.now();
+    const started = performance.now();
+    const result = await sendOn(lane, delivery, config.timeoutMs, abandon.signal);
     // Abandoned at shutdown: stop() gave its claim back.
     if (abandon.signal.aborted) return;
     lane.inFlight.delete(delivery);
-    settle(lane, delivery, result);
+    settle(lane, delivery, result, startedAt, performance.now() - started);
     pump(lane);
   }
 
-  function settle(lane: Lane, delivery: ClaimedDelivery, result: AttemptResult): void {
+  function settle(
+    lane: Lane,
+    delivery: ClaimedDelivery,
+    result: AttemptResult,
+    startedAt: number,
+    durationMs: number,
+  ): void {
     metrics?.observeAttempt(result);
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
-    if (step.kind === 'delivered') {
-      record({ kind: 'delivered', id: delivery.id });
+    const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
+    const logged = lane.endpoint !== undefined && {
+      record: {
+        endpoint: lane.endpoint,
+        eventId: delivery.eventId,
+        plantId: plantIdOf(delivery.body),
+        succeeded: failure === undefined,
+        status: result.kind === 'answered' ? result.status : undefined,
+        error: failure?.status === undefined ? failure?.error : undefined,
+        durationMs,
+        attemptedAtMs: startedAt,
+        gone: step.kind === 'gone',
+      },
+    };
+    if (failure === undefined) {
+      record({ kind: 'delivered', id: delivery.id, ...logged });
       const lagMs =
         delivery.createdAtMs === undefined
           ? performance.now() - delivery.claimedAt
@@ -223,32 +185,38 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       metrics?.observeDelivery('delivered', lagMs / 1000);
       return;
     }
-    const failure = describeFailure(result);
     const context = {
       webhookId: webhookId(delivery.eventId),
       deliveryId: delivery.id,
       receiver: lane.receiver,
+      ...(lane.endpoint !== undefined && { endpoint: lane.endpoint }),
       attempt: delivery.attempt,
       ...(failure.status === undefined ? { error: failure.error } : { status: failure.status }),
     };
+    const base = { id: delivery.id, attempt: delivery.attempt, ...failure, ...logged };
     if (step.kind === 'retry') {
       logger.warn({ ...context, retryInMs: step.delayMs }, 'webhook attempt failed; will retry');
-      record({
-        kind: 'retry',
-        id: delivery.id,
-        attempt: delivery.attempt,
-        ...failure,
-        delayMs: step.delayMs,
-      });
+      record({ kind: 'retry', ...base, delayMs: step.delayMs });
       wakeAt(lane, performance.now() + step.delayMs);
       return;
     }
-    record({ kind: 'failed', id: delivery.id, attempt: delivery.attempt, ...failure });
-    metrics?.observeDelivery(step.kind);
+    record({ kind: 'failed', ...base });
+    metrics?.observeDelivery(step.kind === 'gone' ? 'gone' : 'failed');
     if (step.kind === 'gone') {
       logger.warn(context, 'webhook receiver answered 410 Gone: delivery ended');
     } else {
       logger.error(context, 'webhook delivery failed after its last attempt');
+    }
+  }
+
+  /** Endpoints that a 410 or a long run of failures disabled: nothing more is sent to them. */
+  function disabledByReceivers(endpoints: DisabledEndpoint[]): void {
+    for (const { key, reason } of endpoints) {
+      const gone = reason === GONE_REASON;
+      metrics?.observeEndpointDisabled(gone ? 'gone' : 'failing');
+      logger.warn({ endpoint: key, reason }, `webhook endpoint disabled: ${reason}`);
+      const lane = lanes.get(`endpoint:${key}`);
+      if (lane) for (const delivery of lane.queue.splice(0)) release(delivery);
     }
   }
 
@@ -278,12 +246,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const free = config.concurrency - lane.inFlight.size - lane.queue.length;
     if (free <= 0) return;
     lane.claiming = true;
-    outbox
-      .claim(lane.url, free)
+    const claimed =
+      lane.endpoint === undefined
+        ? outbox.claim(lane.url, free)
+        : outbox.claimForEndpoints(free, lane.endpoint, []);
+    claimed
       .then(
-        (claimed) => {
-          lane.backlog = claimed.length === free;
-          lane.queue.push(...claimed);
+        (deliveries) => {
+          lane.backlog = deliveries.length === free;
+          enqueue(deliveries);
         },
         (error) => {
           lane.backlog = false;
@@ -300,61 +271,89 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       });
   }
 
-  /** Hands deliveries claimed by a fan-out to their lanes; a full lane gives them back. */
-  function enqueue(deliveries: ClaimedDelivery[]): void {
-    for (const delivery of deliveries) {
-      const lane = lanes.get(delivery.url);
-      if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
-      else lane.queue.push(delivery);
+  let claimingEndpoints = false;
+  /** One claim for the due deliveries of every endpoint whose lane here has room. */
+  function claimForEndpoints(): void {
+    if (!running || stopping || claimingEndpoints) return;
+    const busy: string[] = [];
+    for (const lane of lanes.values()) {
+      const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
+      if (lane.endpoint !== undefined && (full || lane.claiming)) busy.push(lane.endpoint);
     }
-    for (const lane of lanes.values()) if (lane.queue.length > 0) pump(lane);
+    claimingEndpoints = true;
+    outbox
+      .claimForEndpoints(config.concurrency, undefined, busy)
+      .then(enqueue, (error) => {
+        logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
+      })
+      .finally(() => {
+        claimingEndpoints = false;
+      });
   }
 
-  let fanningOut: Promise<void> | undefined;
-  /** A fan-out asked for while one ran: from where it looks. */
-  let fanOutAgain: bigint | undefined;
-  let lastTaken = 0n;
-
-  /**
-   * Fans out the events above `after`, one statement at a time; one asked for meanwhile runs
-   * after it, from the lowest position asked for.
-   */
-  function fanOut(after: bigint): void {
-    if (!running || stopping) return;
-    if (fanningOut) {
-      if (fanOutAgain === undefined || after < fanOutAgain) fanOutAgain = after;
-      return;
+  /** Hands claimed deliveries to their lanes; a full lane gives them back. */
+  function enqueue(deliveries: ClaimedDelivery[]): void {
+    const touched = new Set<Lane>();
+    for (const delivery of deliveries) {
+      const lane = laneOf(delivery);
+      if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
+      else {
+        lane.queue.push(delivery);
+        lane.lastBusy = performance.now();
+        touched.add(lane);
+      }
     }
-    fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
-      ({ events, last, deliveries }) => {
-        enqueue(deliveries);
-        if (last !== undefined && last > lastTaken) lastTaken = last;
-        // More may wait right after the last one taken.
-        if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
-      },
-      (error) => {
-        logger.warn({ err: error }, 'webhook events not fanned out');
-      },
-    );
-    void fanningOut.finally(() => {
-      fanningOut = undefined;
-      const again = fanOutAgain;
-      fanOutAgain = undefined;
-      if (again !== undefined) fanOut(again);
+    for (const lane of touched) pump(lane);
+  }
+
+  const fanOuts = createFanOutLoop(outbox, {
+    limit: FAN_OUT_LIMIT,
+    margin: FAN_OUT_MARGIN,
+    active: () => running && !stopping,
+    take: enqueue,
+    logger,
+  });
+
+  /** Closes the lanes of endpoints that had nothing to do for a while (or were deleted). */
+  function closeIdleLanes(now: number): void {
+    for (const [key, lane] of lanes) {
+      const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
+      if (lane.endpoint !== undefined && idle && now - lane.lastBusy > IDLE_LANE_MS) {
+        clearTimeout(lane.wakeTimer);
+        lanes.delete(key);
+        void lane.pool.close().catch(() => {});
+      }
+    }
+  }
+
+  function sweep(now: number): void {
+    if (now - lastSweep < SWEEP_INTERVAL_MS) return;
+    lastSweep = now;
+    upkeep.sweep().catch((error) => {
+      logger.warn({ err: error }, 'old webhook attempts and failed deliveries not swept');
     });
   }
 
-  const fanOutRecent = () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n);
-
   function poll(): void {
-    fanOut(0n);
-    for (const lane of lanes.values()) claim(lane);
+    fanOuts.fanOut(0n);
+    for (const lane of lanes.values()) if (lane.endpoint === undefined) claim(lane);
+    claimForEndpoints();
+    const now = performance.now();
+    closeIdleLanes(now);
+    sweep(now);
     pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
     pollTimer.unref();
   }
 
   return {
-    wake: fanOutRecent,
+    wake: fanOuts.recent,
+    endpointChanged(key) {
+      const lane = lanes.get(`endpoint:${key}`);
+      if (!lane) return;
+      for (const delivery of lane.queue.splice(0)) release(delivery);
+      // Once the releases are written, the claim reads the endpoint as it now is.
+      void recorder.flush().then(() => claim(lane));
+    },
     start() {
       if (running) return;
       running = true;
@@ -364,7 +363,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       stopping = true;
       clearTimeout(pollTimer);
       // Its deliveries are claimed: they reach the lanes, and are given back below.
-      await fanningOut;
+      await fanOuts.settled();
       for (const lane of lanes.values()) {
         clearTimeout(lane.wakeTimer);
         for (const delivery of lane.queue.splice(0)) release(delivery);
@@ -380,7 +379,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         for (const delivery of lane.inFlight) release(delivery);
         lane.inFlight.clear();
       }
-      while (unrecorded.length > 0 || recording) await recordOutcomes();
+      await recorder.flush();
       await Promise.all([...lanes.values()].map((lane) => lane.pool.destroy()));
     },
     stats() {

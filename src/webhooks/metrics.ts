@@ -1,11 +1,13 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { AttemptResult } from './attempt.js';
-import type { OutboxStats } from './outbox.js';
+import type { OutboxStats } from './upkeep.js';
 
 export interface WebhookMetrics {
   observeAttempt(result: AttemptResult): void;
   /** A delivery ended: delivered, failed after its last attempt, or gone (410). */
   observeDelivery(outcome: 'delivered' | 'failed' | 'gone', lagSeconds?: number): void;
+  /** An endpoint was disabled by what its receiver did: a 410, or failing too long. */
+  observeEndpointDisabled(reason: 'gone' | 'failing'): void;
 }
 
 /** A scrape reads the outbox at most this often; scrapes in between get the last figures. */
@@ -42,6 +44,14 @@ export function createWebhookMetrics(
     buckets: lagBuckets,
     registers: [registry],
   });
+
+  const disabled = new Counter({
+    name: 'plant_store_webhook_endpoints_disabled_total',
+    help: 'Endpoints disabled by this process, by reason (gone: the receiver answered 410; failing: every attempt failed for WEBHOOK_DISABLE_AFTER_S)',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+  for (const reason of ['gone', 'failing']) disabled.labels({ reason }).inc(0);
 
   let cached: { at: number; stats: Promise<OutboxStats> } | undefined;
   let last: OutboxStats = { pending: 0, failed: 0, oldestDueSeconds: 0 };
@@ -92,6 +102,9 @@ export function createWebhookMetrics(
     observeDelivery(outcome, lagSeconds) {
       deliveries.labels({ outcome }).inc();
       if (outcome === 'delivered' && lagSeconds !== undefined) lag.observe(lagSeconds);
+    },
+    observeEndpointDisabled(reason) {
+      disabled.labels({ reason }).inc();
     },
   };
 }

@@ -53,9 +53,15 @@ export function nextStep(
   return { kind: 'retry', delayMs: Math.round(seconds * 1000 * (1 + JITTER * random())) };
 }
 
+/** The refusals made before connecting, as the attempt log says them. */
+const errorMessages: Record<string, string> = {
+  EDESTINATIONNOTALLOWED: 'destination not allowed',
+  ESECRETUNAVAILABLE: "the endpoint's signing secret cannot be read",
+};
+
 /** What the log and the table say of a failed attempt: the status, or why there was none. */
 export function describeFailure(result: AttemptResult): { status?: number; error: string } {
   if (result.kind === 'answered') return { status: result.status, error: `HTTP ${result.status}` };
   if (result.kind === 'timeout') return { error: 'timeout' };
-  return { error: result.code };
+  return { error: errorMessages[result.code] ?? result.code };
 }

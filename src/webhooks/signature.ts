@@ -23,3 +23,14 @@ export function signature(key: KeyObject, id: string, timestamp: number, body: s
   const hmac = createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body);
   return `v1,${hmac.digest('base64')}`;
 }
+
+/** One signature per key, space-separated, in the keys' order (after a rotation: new, old). */
+export function signatures(
+  keys: readonly KeyObject[],
+  id: string,
+  timestamp: number,
+  body: string,
+): string {
+  if (keys.length === 1) return signature(keys[0] as KeyObject, id, timestamp, body);
+  return keys.map((key) => signature(key, id, timestamp, body)).join(' ');
+}

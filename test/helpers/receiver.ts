@@ -36,13 +36,18 @@ export interface Receiver {
 
 /**
  * A webhook receiver on loopback that answers each request with `answer(request, n)` (n counts
- * from 0) and checks every signature with the `standardwebhooks` package, as a subscriber would.
+ * from 0) and checks every signature against `secret` with the `standardwebhooks` package, as a
+ * subscriber would.
  */
 export async function startReceiver(
   answer: (request: ReceivedRequest, n: number) => Answer = () => ({ status: 200 }),
-  { port = 0, path = '/hook' }: { port?: number; path?: string } = {},
+  {
+    port = 0,
+    path = '/hook',
+    secret = WEBHOOK_SECRET,
+  }: { port?: number; path?: string; secret?: string } = {},
 ): Promise<Receiver> {
-  const verifier = new Webhook(WEBHOOK_SECRET);
+  const verifier = new Webhook(secret);
   const requests: ReceivedRequest[] = [];
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];

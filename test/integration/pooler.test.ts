@@ -69,7 +69,7 @@ describe('with DB_POOLER=true', () => {
 
   it('records events and fans them out leaving no prepared statement on the connection', async () => {
     const [fanOut, rows] = await withDatabase(open(true), async (db) => {
-      const repository = createPlantRepository(db.db, { ...batching, recordEvents: true });
+      const repository = createPlantRepository(db.db, { ...batching, recordEvents: 'always' });
       await repository.createPlant({ id: 150n, name: 'Announced' });
       const outbox = createOutbox(db.db, { urls: ['http://a/', 'http://b/'], leaseMs: 60_000 });
       return [await outbox.fanOut(10, 0n), (await preparedStatements(db)).rows] as const;

@@ -15,7 +15,7 @@ describe('the start-up log', () => {
     t = await startTestApp();
     expect(messages(t)).toContainEqual(
       expect.objectContaining({
-        msg: 'webhooks: off (set WEBHOOK_URLS and WEBHOOK_SECRET to send new plants)',
+        msg: 'webhooks: sending each new plant to the endpoints made through /webhooks/endpoints',
         webhookSubscribers: 0,
       }),
     );
@@ -33,7 +33,7 @@ describe('the start-up log', () => {
     });
     expect(messages(t)).toContainEqual(
       expect.objectContaining({
-        msg: 'webhooks: on, sending each new plant to 2 subscribers: http://127.0.0.1:9/hooks, https://receiver.example/plants',
+        msg: 'webhooks: sending each new plant to 2 URLs (http://127.0.0.1:9/hooks, https://receiver.example/plants) and to the endpoints made through /webhooks/endpoints',
         webhookSubscribers: 2,
       }),
     );

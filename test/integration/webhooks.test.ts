@@ -4,7 +4,7 @@ import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
 import { createDispatcher } from '../../src/webhooks/dispatcher.js';
-import { redeliverFailed } from '../../src/webhooks/outbox.js';
+import { redeliverFailed } from '../../src/webhooks/upkeep.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { freePort } from '../helpers/process.js';
 import {
@@ -73,7 +73,7 @@ const events = (t: TestApp) =>
 async function appRecordingOnly() {
   const t = await startTestApp({
     repository: (database) =>
-      createPlantRepository(database.db, { ...batching, recordEvents: true }),
+      createPlantRepository(database.db, { ...batching, recordEvents: 'always' }),
   });
   open.push(t);
   return t;
@@ -174,7 +174,7 @@ describe('the newPlant webhook', () => {
     const t = await appRecordingOnly();
     const queries = createPlantQueries(t.appDatabase.db, {
       textAsBytes: batching.textAsBytes,
-      recordEvents: true,
+      recordEvents: 'always',
     });
     await queries.insertNew([{ id: 20n, name: 'Stored' }]);
     const { rows } = await queries.insertOrLock([

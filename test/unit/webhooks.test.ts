@@ -18,11 +18,19 @@ describe('the webhook configuration', () => {
       timeoutMs: 15000,
       retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
       concurrency: 64,
+      encryptionKey: undefined,
+      allowPrivateNetworks: false,
+      rotationGraceS: 86400,
+      disableAfterS: 432000,
+      logRetentionS: 604800,
     });
   });
 
-  it('is off without WEBHOOK_URLS', () => {
-    expect(loadConfig(base).webhooks).toBeUndefined();
+  it('has no static subscriber without WEBHOOK_URLS', () => {
+    expect(loadConfig({ API_TOKENS: 'token' }).webhooks).toMatchObject({
+      urls: [],
+      secret: undefined,
+    });
   });
 
   it.each([

@@ -1,0 +1,207 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/client.js';
+import { prepareStatement } from '../db/prepared.js';
+
+/** What the attempt log keeps of an attempt to an endpoint. */
+export interface AttemptRecord {
+  /** The endpoint's row key, in decimal. */
+  endpoint: string;
+  eventId: string;
+  /** The plant's id, in decimal, read from the body; undefined when it has none. */
+  plantId: string | undefined;
+  succeeded: boolean;
+  status?: number | undefined;
+  error?: string | undefined;
+  durationMs: number;
+  /** When the attempt started (ms since the epoch). */
+  attemptedAtMs: number;
+  /** The receiver answered 410 Gone: its endpoint is disabled at once. */
+  gone: boolean;
+}
+
+/** How one attempt, or a claim given back, leaves its delivery. */
+export type Outcome = (
+  | /** Delivered: the row goes. */ { kind: 'delivered'; id: string }
+  /** Failed; attempted again after `delayMs`. */
+  | { kind: 'retry'; id: string; attempt: number; delayMs: number; status?: number; error: string }
+  /** Given up: after the last attempt, or a 410. */
+  | { kind: 'failed'; id: string; attempt: number; status?: number; error: string }
+  /** Claimed but not attempted (shutdown, or no free slot in time): due again at once. */
+  | { kind: 'released'; id: string; attempt: number }
+) & {
+  /** For an attempt made to an endpoint: what its attempt log and its health learn. */
+  record?: AttemptRecord | undefined;
+};
+
+/** An endpoint disabled by what its receiver did. */
+export interface DisabledEndpoint {
+  key: string;
+  reason: string;
+}
+
+export const GONE_REASON = 'the receiver answered 410 Gone';
+
+/** Why an endpoint that failed for `seconds` is disabled. */
+export const failingReason = (seconds: number) =>
+  `every attempt failed for ${seconds} seconds (WEBHOOK_DISABLE_AFTER_S)`;
+
+/** `{"id":<digits>` opens every newPlant body: the plant's id, exactly. */
+const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
+export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
+
+export interface OutcomeStatements {
+  /** Writes outcomes; returns the endpoints that their attempts disabled. */
+  record(outcomes: Outcome[]): Promise<DisabledEndpoint[]>;
+}
+
+export function createOutcomeStatements(
+  db: Database,
+  { disableAfterS }: { disableAfterS: number },
+): OutcomeStatements {
+  const deleteDelivered = prepareStatement(
+    db,
+    'webhook_delete_delivered',
+    sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
+  );
+  // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
+  // another process claimed the row again, this outcome is stale and matches nothing.
+  const reschedule = prepareStatement(
+    db,
+    'webhook_reschedule',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
+               failed_at = case when o.delay_ms is null then now() end,
+               last_status = o.status,
+               last_error = o.error
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
+                      ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
+                      ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
+         where d.id = o.id and d.attempts = o.attempt`,
+  );
+  // Not attempted: the claim did not start an attempt, so it does not count as one.
+  const release = prepareStatement(
+    db,
+    'webhook_release',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now(), attempts = d.attempts - 1
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
+            as o(id, attempt)
+         where d.id = o.id and d.attempts = o.attempt`,
+  );
+  // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
+  // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
+  // recovered once it is enabled again. An endpoint deleted meanwhile is skipped.
+  const logAttempts = prepareStatement<{ key: string; reason: string }>(
+    db,
+    'webhook_log_attempts',
+    sql`with logged as (
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded,
+                                        response_status, error, duration_ms, attempted_at)
+          select a.endpoint_id, a.event_id, a.plant_id, a.succeeded, a.status, a.error,
+                 a.duration_ms, to_timestamp(a.at_ms / 1000)
+            from unnest(${sql.placeholder('endpoints')}::int8[], ${sql.placeholder('events')}::uuid[],
+                        ${sql.placeholder('plants')}::int8[], ${sql.placeholder('succeeded')}::bool[],
+                        ${sql.placeholder('statuses')}::int4[], ${sql.placeholder('errors')}::text[],
+                        ${sql.placeholder('durations')}::int4[], ${sql.placeholder('at')}::float8[])
+              as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms)
+            join webhook_endpoints as e on e.id = a.endpoint_id
+        ),
+        health as (
+          select e.id, h.ok, h.gone, coalesce(e.failing_since, now()) as failing_since
+            from unnest(${sql.placeholder('healthEndpoints')}::int8[], ${sql.placeholder('ok')}::bool[],
+                        ${sql.placeholder('gone')}::bool[]) as h(id, ok, gone)
+            join webhook_endpoints as e on e.id = h.id
+           where not e.disabled and not (h.ok and e.failing_since is null)
+             for no key update of e
+        ),
+        changed as (
+          update webhook_endpoints as e
+             set failing_since = case when h.ok then null else h.failing_since end,
+                 disabled = not h.ok and (h.gone or h.failing_since <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second'),
+                 disabled_reason = case
+                   when h.ok then null
+                   when h.gone then ${GONE_REASON}::text
+                   when h.failing_since <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second'
+                     then ${sql.placeholder('failingReason')}::text
+                 end
+            from health as h
+           where e.id = h.id
+          returning e.id, e.disabled, e.disabled_reason
+        ),
+        missed as (
+          update webhook_deliveries as d
+             set failed_at = now(), last_error = 'endpoint disabled'
+            from changed as c
+           where c.disabled and d.endpoint_id = c.id and d.failed_at is null
+        )
+        select id::text as key, disabled_reason as reason from changed where disabled`,
+  );
+
+  return {
+    async record(outcomes) {
+      const delivered: string[] = [];
+      const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
+      const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
+      const records: AttemptRecord[] = [];
+      for (const outcome of outcomes) {
+        if (outcome.kind === 'delivered') delivered.push(outcome.id);
+        else if (outcome.kind === 'released') released.push(outcome);
+        else settled.push(outcome);
+        if (outcome.record) records.push(outcome.record);
+      }
+      const statements: Array<Promise<unknown>> = [];
+      if (delivered.length > 0) statements.push(deleteDelivered.execute({ ids: delivered }));
+      if (settled.length > 0) {
+        statements.push(
+          reschedule.execute({
+            ids: settled.map((o) => o.id),
+            attempts: settled.map((o) => o.attempt),
+            delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
+            statuses: settled.map((o) => o.status ?? null),
+            errors: settled.map((o) => o.error),
+          }),
+        );
+      }
+      if (released.length > 0) {
+        statements.push(
+          release.execute({
+            ids: released.map((o) => o.id),
+            attempts: released.map((o) => o.attempt),
+          }),
+        );
+      }
+      await Promise.all(statements);
+      // After the others: disabling an endpoint fails its pending deliveries, which the
+      // statements above may be updating too; one after the other, they cannot deadlock.
+      if (records.length === 0) return [];
+      return logAttempts.execute(logValues(records, disableAfterS));
+    },
+  };
+}
+
+/** The attempt log's columns, and each endpoint's health as its last attempt in the batch says. */
+function logValues(records: AttemptRecord[], disableAfterS: number) {
+  const health = new Map<string, { ok: boolean; gone: boolean }>();
+  for (const record of records) {
+    const seen = health.get(record.endpoint);
+    health.set(record.endpoint, {
+      ok: record.succeeded,
+      gone: record.gone || (seen?.gone === true && !record.succeeded),
+    });
+  }
+  return {
+    endpoints: records.map((r) => r.endpoint),
+    events: records.map((r) => r.eventId),
+    plants: records.map((r) => r.plantId ?? null),
+    succeeded: records.map((r) => r.succeeded),
+    statuses: records.map((r) => r.status ?? null),
+    errors: records.map((r) => r.error ?? null),
+    durations: records.map((r) => Math.round(r.durationMs)),
+    at: records.map((r) => r.attemptedAtMs),
+    healthEndpoints: [...health.keys()],
+    ok: [...health.values()].map((h) => h.ok),
+    gone: [...health.values()].map((h) => h.gone),
+    disableAfter: disableAfterS,
+    failingReason: failingReason(disableAfterS),
+  };
+}

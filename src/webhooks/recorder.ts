@@ -1,0 +1,68 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { DisabledEndpoint, Outcome, OutcomeStatements } from './outcomes.js';
+
+/**
+ * Outcomes are written together, at most this often: one DELETE for hundreds of deliveries
+ * costs the database about what one costs, and a claim lasts far longer than the wait.
+ */
+const RECORD_INTERVAL_MS = 100;
+const RECORD_BATCH_MAX = 5000;
+
+export interface Recorder {
+  /** Notes an outcome; a delivery's is written within RECORD_INTERVAL_MS, others at once. */
+  record(outcome: Outcome): void;
+  /** Writes every outcome noted so far. */
+  flush(): Promise<void>;
+}
+
+/**
+ * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
+ * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
+ */
+export function createRecorder(
+  statements: OutcomeStatements,
+  logger: FastifyBaseLogger,
+  onDisabled: (endpoints: DisabledEndpoint[]) => void,
+): Recorder {
+  const unrecorded: Outcome[] = [];
+  let recording: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let timerSoon = false;
+
+  async function write(): Promise<void> {
+    clearTimeout(timer);
+    timer = undefined;
+    while (recording) await recording;
+    if (unrecorded.length === 0) return;
+    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
+    recording = statements.record(batch).then(
+      (disabled) => {
+        if (disabled.length > 0) onDisabled(disabled);
+      },
+      (error) => {
+        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
+      },
+    );
+    await recording;
+    recording = undefined;
+    if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
+  }
+
+  function schedule(soon: boolean): void {
+    if (timer !== undefined && (timerSoon || !soon)) return;
+    clearTimeout(timer);
+    timerSoon = soon;
+    timer = setTimeout(write, soon ? 0 : RECORD_INTERVAL_MS);
+  }
+
+  return {
+    // A retry is written at once, so that it is due when a process wakes up for it.
+    record(outcome) {
+      unrecorded.push(outcome);
+      schedule(outcome.kind !== 'delivered');
+    },
+    async flush() {
+      while (unrecorded.length > 0 || recording) await write();
+    },
+  };
+}

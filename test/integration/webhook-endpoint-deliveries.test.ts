@@ -1,0 +1,315 @@
+// Deliveries to endpoints made through the management API, as the dispatcher makes them:
+// each endpoint signed with its own key, the attempt log, rotation, 410 and long failures
+// disabling an endpoint, private destinations refused before connecting, retention.
+import { createHmac, randomBytes } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { generateSecret, sealSecret } from '../../src/webhooks/secrets.js';
+import { createUpkeep } from '../../src/webhooks/upkeep.js';
+import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import {
+  type Answer,
+  type ReceivedRequest,
+  startReceiver,
+  WEBHOOK_SECRET,
+} from '../helpers/receiver.js';
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const resource of open.splice(0).reverse()) await resource.close();
+});
+
+async function receiver(secret: string, answer?: (request: ReceivedRequest, n: number) => Answer) {
+  const started = await startReceiver(answer, { secret });
+  open.push(started);
+  return started;
+}
+
+/** An app sending to endpoints (and to `urls`), allowed to reach loopback unless told not to. */
+async function app(overrides: Partial<WebhookConfig> = {}) {
+  const t = await startTestApp({
+    webhooks: {
+      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
+      timeoutMs: 1000,
+      retrySchedule: [0.1, 0.2],
+      concurrency: 8,
+      allowPrivateNetworks: true,
+      ...overrides,
+    },
+  });
+  open.push(t);
+  return t;
+}
+
+/** An endpoint row, as the management API writes one; returns its key. */
+async function endpoint(
+  t: TestApp,
+  url: string,
+  secret: string,
+  { key, disabled = false }: { key?: Buffer; disabled?: boolean } = {},
+): Promise<string> {
+  const [row] = await t.database.query<{ id: string }>(
+    'insert into webhook_endpoints (url, secret, disabled) values ($1, $2, $3) returning id::text',
+    [url, sealSecret(secret, key), disabled],
+  );
+  return row?.id ?? '';
+}
+
+interface AttemptRow extends Record<string, unknown> {
+  endpoint_id: string;
+  plant_id: string | null;
+  succeeded: boolean;
+  response_status: number | null;
+  error: string | null;
+}
+
+const attempts = (t: TestApp) =>
+  t.database.query<AttemptRow>(
+    `select endpoint_id::text, plant_id::text, succeeded, response_status, error
+       from webhook_attempts order by id`,
+  );
+
+const endpointRow = async (t: TestApp, id: string) =>
+  (
+    await t.database.query<{ disabled: boolean; disabled_reason: string | null }>(
+      'select disabled, disabled_reason from webhook_endpoints where id = $1',
+      [id],
+    )
+  )[0];
+
+async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await read();
+    if (until(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+const verify = (secret: string, request: ReceivedRequest, signature: string) => {
+  const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
+  const id = request.headers['webhook-id'];
+  const timestamp = request.headers['webhook-timestamp'];
+  const expected = createHmac('sha256', key)
+    .update(`${id}.${timestamp}.${request.body}`)
+    .digest('base64');
+  return signature === `v1,${expected}`;
+};
+
+describe('deliveries to endpoints', () => {
+  it('signs each endpoint with its own key, beside a static URL signed with WEBHOOK_SECRET', async () => {
+    const static_ = await startReceiver();
+    open.push(static_);
+    const [secretA, secretB] = [generateSecret(), generateSecret()];
+    const [a, b] = [await receiver(secretA), await receiver(secretB)];
+    const t = await app({ urls: [static_.url], secret: WEBHOOK_SECRET });
+    const idA = await endpoint(t, a.url, secretA);
+    await endpoint(t, b.url, secretB, { key: randomBytes(32) });
+    expect((await postPlant(t.app, '{"id":9007199254740993,"name":"Fern"}')).statusCode).toBe(200);
+    // b's key was sealed under a key this service does not have: it cannot sign for b.
+    const [fromA] = await a.waitFor(1);
+    const [fromStatic] = await static_.waitFor(1);
+    expect(fromA).toMatchObject({ body: '{"id":9007199254740993,"name":"Fern"}', verified: true });
+    expect(fromStatic?.verified).toBe(true);
+    expect(fromA?.headers['webhook-id']).toBe(fromStatic?.headers['webhook-id']);
+    // A receiver holding another endpoint's secret cannot verify it.
+    expect(
+      verify(secretB, fromA as ReceivedRequest, fromA?.headers['webhook-signature'] as string),
+    ).toBe(false);
+    const log = await eventually(
+      () => attempts(t),
+      (rows) => rows.length >= 2,
+    );
+    expect(log).toContainEqual({
+      endpoint_id: idA,
+      plant_id: '9007199254740993',
+      succeeded: true,
+      response_status: 200,
+      error: null,
+    });
+    expect(log.find((row) => row.endpoint_id !== idA)).toMatchObject({
+      succeeded: false,
+      response_status: null,
+      error: "the endpoint's signing secret cannot be read",
+    });
+    expect(b.requests).toHaveLength(0);
+  });
+
+  it('opens secrets sealed under WEBHOOK_ENCRYPTION_KEY', async () => {
+    const key = randomBytes(32);
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app({ encryptionKey: key });
+    await endpoint(t, hook.url, secret, { key });
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect((await hook.waitFor(1))[0]?.verified).toBe(true);
+  });
+
+  it('writes no event when there is no subscriber at all, and one per plant once an endpoint exists', async () => {
+    const t = await app();
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect(await t.database.query('select 1 from webhook_events')).toHaveLength(0);
+    expect(await t.database.query('select 1 from webhook_deliveries')).toHaveLength(0);
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    const [request] = await hook.waitFor(1);
+    expect(request?.body).toBe('{"id":2,"name":"Aloe"}');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(hook.requests).toHaveLength(1);
+  });
+
+  it('signs with the new key and then the old one during a rotation', async () => {
+    const [oldSecret, newSecret] = [generateSecret(), generateSecret()];
+    const hook = await receiver(newSecret);
+    const t = await app();
+    const id = await endpoint(t, hook.url, newSecret);
+    await t.database.query(
+      `update webhook_endpoints set previous_secret = $2,
+              previous_secret_until = now() + interval '1 hour' where id = $1`,
+      [id, sealSecret(oldSecret, undefined)],
+    );
+    expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
+    const [request] = await hook.waitFor(1);
+    const signatures = String(request?.headers['webhook-signature']).split(' ');
+    expect(signatures).toHaveLength(2);
+    expect(verify(newSecret, request as ReceivedRequest, signatures[0] as string)).toBe(true);
+    expect(verify(oldSecret, request as ReceivedRequest, signatures[1] as string)).toBe(true);
+    expect(request?.verified).toBe(true);
+  });
+
+  it('disables an endpoint on a 410, records what it misses as failed, and sends it after a recover', async () => {
+    const secret = generateSecret();
+    let gone = true;
+    const hook = await receiver(secret, () => ({ status: gone ? 410 : 200 }));
+    const t = await app();
+    const id = await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const row = await eventually(
+      () => endpointRow(t, id),
+      (r) => r?.disabled === true,
+    );
+    expect(row).toStrictEqual({
+      disabled: true,
+      disabled_reason: 'the receiver answered 410 Gone',
+    });
+    expect((await postPlant(t.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    const missed = await eventually(
+      () =>
+        t.database.query<{ last_error: string | null; failed: boolean }>(
+          'select last_error, failed_at is not null as failed from webhook_deliveries order by id',
+        ),
+      (rows) => rows.length === 2,
+    );
+    expect(missed).toStrictEqual([
+      { last_error: 'HTTP 410', failed: true },
+      { last_error: 'endpoint disabled', failed: true },
+    ]);
+    expect(hook.requests).toHaveLength(1);
+    gone = false;
+    await t.database.query(
+      'update webhook_endpoints set disabled = false, disabled_reason = null where id = $1',
+      [id],
+    );
+    await t.database.query(
+      'update webhook_deliveries set failed_at = null, attempts = 0, next_attempt_at = now()',
+    );
+    const requests = await hook.waitFor(3);
+    expect(
+      requests
+        .slice(1)
+        .map((r) => r.body)
+        .sort(),
+    ).toStrictEqual(['{"id":1,"name":"Aloe"}', '{"id":2,"name":"Aloe"}']);
+  });
+
+  it('disables an endpoint whose attempts all failed for WEBHOOK_DISABLE_AFTER_S', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret, () => ({ status: 500 }));
+    const t = await app({ disableAfterS: 60, retrySchedule: [0.05, 0.05, 0.05] });
+    const id = await endpoint(t, hook.url, secret);
+    await t.database.query(
+      `update webhook_endpoints set failing_since = now() - interval '61 seconds' where id = $1`,
+      [id],
+    );
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const row = await eventually(
+      () => endpointRow(t, id),
+      (r) => r?.disabled === true,
+    );
+    expect(row).toStrictEqual({
+      disabled: true,
+      disabled_reason: 'every attempt failed for 60 seconds (WEBHOOK_DISABLE_AFTER_S)',
+    });
+    const metrics = await t.app.inject({ method: 'GET', url: '/metrics' });
+    expect(metrics.body).toContain(
+      'plant_store_webhook_endpoints_disabled_total{reason="failing"} 1',
+    );
+  });
+
+  it('ends a run of failures with a success', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret, (_, n) => ({ status: n === 0 ? 500 : 200 }));
+    const t = await app();
+    const id = await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await hook.waitFor(2);
+    const log = await eventually(
+      () => attempts(t),
+      (rows) => rows.length === 2,
+    );
+    expect(log.map((row) => [row.succeeded, row.response_status])).toStrictEqual([
+      [false, 500],
+      [true, 200],
+    ]);
+    const [health] = await t.database.query<{ failing: boolean }>(
+      'select failing_since is not null as failing from webhook_endpoints where id = $1',
+      [id],
+    );
+    expect(health).toStrictEqual({ failing: false });
+  });
+
+  it.each([
+    ['a loopback address', (port: number) => `http://127.0.0.1:${port}/hook`],
+    ['a name that resolves to loopback', (port: number) => `http://localhost:${port}/hook`],
+    ['an IPv4-mapped loopback address', (port: number) => `http://[::ffff:127.0.0.1]:${port}/hook`],
+  ])('refuses %s before connecting unless private networks are allowed', async (_, url) => {
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app({ allowPrivateNetworks: false, retrySchedule: [] });
+    await endpoint(t, url(hook.port), secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const log = await eventually(
+      () => attempts(t),
+      (rows) => rows.length === 1,
+    );
+    expect(log[0]).toMatchObject({
+      succeeded: false,
+      response_status: null,
+      error: 'destination not allowed',
+    });
+    expect(hook.requests).toHaveLength(0);
+  });
+
+  it('sweeps attempts and failed deliveries older than WEBHOOK_LOG_RETENTION_S', async () => {
+    const t = await app();
+    const id = await endpoint(t, 'http://127.0.0.1:9/hook', generateSecret());
+    await t.database.query(
+      `insert into webhook_attempts (endpoint_id, event_id, succeeded, duration_ms, attempted_at)
+       values ($1, gen_random_uuid(), true, 1, now() - interval '2 hours'),
+              ($1, gen_random_uuid(), true, 1, now())`,
+      [id],
+    );
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, failed_at)
+       values (gen_random_uuid(), $1, '{}', now() - interval '2 hours'),
+              (gen_random_uuid(), $1, '{}', now())`,
+      [id],
+    );
+    const upkeep = createUpkeep(t.appDatabase.db, { urls: [], logRetentionS: 3600 });
+    expect(await upkeep.sweep()).toBe(2);
+    expect(await t.database.query('select 1 from webhook_attempts')).toHaveLength(1);
+    expect(await t.database.query('select 1 from webhook_deliveries')).toHaveLength(1);
+  });
+});
