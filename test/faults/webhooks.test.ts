@@ -1,4 +1,5 @@
 import { describe, expect, inject, it } from 'vitest';
+import { generateSecret } from '../../src/webhooks/secrets.js';
 import { TOKEN_ENTRIES } from '../helpers/app.js';
 import {
   createClusterDatabase,
@@ -42,14 +43,27 @@ async function readPlants(databaseUrl: string): Promise<StoredRow[]> {
   );
 }
 
-function serviceEnv(databaseUrl: string, receiverUrl: string): Record<string, string> {
+/**
+ * How the receiver subscribes: a static URL (WEBHOOK_URLS, signed with WEBHOOK_SECRET), or an
+ * endpoint with a key of its own, stored as the management API stores it.
+ */
+type Subscription = 'static URL' | 'endpoint';
+
+const ENDPOINT_SECRET = generateSecret();
+
+function serviceEnv(
+  databaseUrl: string,
+  receiverUrl: string,
+  subscription: Subscription,
+): Record<string, string> {
   return {
     DATABASE_URL: databaseUrl,
     API_TOKENS: TOKEN_ENTRIES.join(','),
     DB_CONNECT_TIMEOUT_MS: '1000',
     DB_STATEMENT_TIMEOUT_MS: '2000',
-    WEBHOOK_URLS: receiverUrl,
-    WEBHOOK_SECRET,
+    ...(subscription === 'static URL'
+      ? { WEBHOOK_URLS: receiverUrl, WEBHOOK_SECRET }
+      : { WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
     // Claims of a killed process expire 7 s after they were taken.
     WEBHOOK_TIMEOUT_MS: '2000',
     WEBHOOK_RETRY_SCHEDULE: '0.2,0.5,1,1,1,1,1,1',
@@ -57,22 +71,25 @@ function serviceEnv(databaseUrl: string, receiverUrl: string): Record<string, st
 }
 
 /** A receiver that answers `status()` and keeps, per plant id, the webhook-ids it accepted. */
-async function countingReceiver(status: () => number = () => 200) {
+async function countingReceiver(subscription: Subscription, status: () => number = () => 200) {
   const accepted = new Map<string, string[]>();
   let badSignatures = 0;
   let received = 0;
-  const receiver = await startReceiver((request: ReceivedRequest): Answer => {
-    received++;
-    if (!request.verified) badSignatures++;
-    const answer = status();
-    if (answer === 200) {
-      const id = /^\{"id":(-?\d+),/.exec(request.body)?.[1] ?? 'unparsable';
-      const list = accepted.get(id) ?? [];
-      list.push(`${request.headers['webhook-id']} ${request.body}`);
-      accepted.set(id, list);
-    }
-    return { status: answer };
-  });
+  const receiver = await startReceiver(
+    (request: ReceivedRequest): Answer => {
+      received++;
+      if (!request.verified) badSignatures++;
+      const answer = status();
+      if (answer === 200) {
+        const id = /^\{"id":(-?\d+),/.exec(request.body)?.[1] ?? 'unparsable';
+        const list = accepted.get(id) ?? [];
+        list.push(`${request.headers['webhook-id']} ${request.body}`);
+        accepted.set(id, list);
+      }
+      return { status: answer };
+    },
+    { secret: subscription === 'endpoint' ? ENDPOINT_SECRET : WEBHOOK_SECRET },
+  );
   return {
     receiver,
     accepted,
@@ -149,16 +166,30 @@ async function checkDeliveries(
   return counts;
 }
 
+/** Subscribes the receiver as an endpoint, once the service has migrated the database. */
+async function subscribe(databaseUrl: string, subscription: Subscription, url: string) {
+  if (subscription !== 'endpoint') return;
+  await queryUrl(
+    databaseUrl,
+    `insert into webhook_endpoints (url, secret) values ('${url}', 'plain:${ENDPOINT_SECRET}')`,
+  );
+}
+
 /** Creates under load against one service, with `fault` once writes flow; then every retry. */
 async function underLoad(
   name: string,
+  subscription: Subscription,
   fault: (service: RunningServer, restart: () => Promise<RunningServer>) => Promise<void>,
 ) {
   await ensureClusterRunning(cluster);
   const databaseUrl = await createClusterDatabase(cluster);
-  const hook = await countingReceiver();
-  const env = { ...serviceEnv(databaseUrl, hook.receiver.url), PORT: String(await freePort()) };
+  const hook = await countingReceiver(subscription);
+  const env = {
+    ...serviceEnv(databaseUrl, hook.receiver.url, subscription),
+    PORT: String(await freePort()),
+  };
   let service = await startServer(env);
+  await subscribe(databaseUrl, subscription, hook.receiver.url);
   const restart = async () => {
     service = await startServer(env);
     return service;
@@ -184,53 +215,72 @@ async function underLoad(
   }
 }
 
-describe('every committed plant is delivered, and no other', () => {
-  it('when the service is killed (SIGKILL) while creating, and started again', async () => {
-    const counts = await underLoad('service SIGKILL', async (service, restart) => {
-      service.child.kill('SIGKILL');
-      expect(await service.exited).toBe('SIGKILL');
-      await restart();
-    });
-    expect(counts.plants).toBeGreaterThanOrEqual(ACKNOWLEDGED_BEFORE + ACKNOWLEDGED_AFTER);
-  });
+const subscriptions: Subscription[] = ['static URL', 'endpoint'];
 
-  it('when PostgreSQL crashes while creating (pg_ctl restart -m immediate)', async () => {
-    const counts = await underLoad('PostgreSQL crash', async () => {
-      await restartCluster(cluster, 'immediate');
+describe.each(subscriptions)(
+  'every committed plant is delivered (subscribed as a %s), and no other',
+  (subscription) => {
+    it('when the service is killed (SIGKILL) while creating, and started again', async () => {
+      const counts = await underLoad(
+        `service SIGKILL, ${subscription}`,
+        subscription,
+        async (service, restart) => {
+          service.child.kill('SIGKILL');
+          expect(await service.exited).toBe('SIGKILL');
+          await restart();
+        },
+      );
+      expect(counts.plants).toBeGreaterThanOrEqual(ACKNOWLEDGED_BEFORE + ACKNOWLEDGED_AFTER);
     });
-    expect(counts.plants).toBeGreaterThanOrEqual(ACKNOWLEDGED_BEFORE + ACKNOWLEDGED_AFTER);
-  });
-});
 
-describe('two service processes on one database', () => {
-  it('deliver each event exactly once after webhook-id deduplication, retries included', async () => {
-    await ensureClusterRunning(cluster);
-    const databaseUrl = await createClusterDatabase(cluster);
-    // One answer in five fails, so retries are claimed by either process's poll.
-    const hook = await countingReceiver(() => (Math.random() < 0.2 ? 500 : 200));
-    const env = serviceEnv(databaseUrl, hook.receiver.url);
-    const services = [await startServer(env), await startServer(env)];
-    try {
-      const loads = services.map((service, i) =>
-        startLoad({
-          baseUrl: service.baseUrl,
-          clients: CLIENTS / 2,
-          firstId: FIRST_ID + BigInt(i) * 10n ** 9n,
-        }),
+    it('when PostgreSQL crashes while creating (pg_ctl restart -m immediate)', async () => {
+      const counts = await underLoad(
+        `PostgreSQL crash, ${subscription}`,
+        subscription,
+        async () => {
+          await restartCluster(cluster, 'immediate');
+        },
       );
-      await Promise.all(loads.map((load) => load.moreAcknowledged(ACKNOWLEDGED_BEFORE, WITHIN_MS)));
-      const attempts = (await Promise.all(loads.map((load) => load.stop()))).flat();
-      const counts = await checkDeliveries(
-        'two processes',
-        databaseUrl,
-        hook,
-        storedUnacknowledged(attempts, await readPlants(databaseUrl)),
-      );
-      expect(counts.events).toBe(counts.plants);
-      expect(counts.received).toBeGreaterThan(counts.accepted);
-    } finally {
-      for (const service of services) await killIfRunning(service);
-      await hook.receiver.close();
-    }
-  });
-});
+      expect(counts.plants).toBeGreaterThanOrEqual(ACKNOWLEDGED_BEFORE + ACKNOWLEDGED_AFTER);
+    });
+  },
+);
+
+describe.each(subscriptions)(
+  'two service processes on one database (subscribed as a %s)',
+  (subscription) => {
+    it('deliver each event exactly once after webhook-id deduplication, retries included', async () => {
+      await ensureClusterRunning(cluster);
+      const databaseUrl = await createClusterDatabase(cluster);
+      // One answer in five fails, so retries are claimed by either process's poll.
+      const hook = await countingReceiver(subscription, () => (Math.random() < 0.2 ? 500 : 200));
+      const env = serviceEnv(databaseUrl, hook.receiver.url, subscription);
+      const services = [await startServer(env), await startServer(env)];
+      await subscribe(databaseUrl, subscription, hook.receiver.url);
+      try {
+        const loads = services.map((service, i) =>
+          startLoad({
+            baseUrl: service.baseUrl,
+            clients: CLIENTS / 2,
+            firstId: FIRST_ID + BigInt(i) * 10n ** 9n,
+          }),
+        );
+        await Promise.all(
+          loads.map((load) => load.moreAcknowledged(ACKNOWLEDGED_BEFORE, WITHIN_MS)),
+        );
+        const attempts = (await Promise.all(loads.map((load) => load.stop()))).flat();
+        const counts = await checkDeliveries(
+          `two processes, ${subscription}`,
+          databaseUrl,
+          hook,
+          storedUnacknowledged(attempts, await readPlants(databaseUrl)),
+        );
+        expect(counts.events).toBe(counts.plants);
+        expect(counts.received).toBeGreaterThan(counts.accepted);
+      } finally {
+        for (const service of services) await killIfRunning(service);
+        await hook.receiver.close();
+      }
+    });
+  },
+);
