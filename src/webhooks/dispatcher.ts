@@ -43,8 +43,9 @@ export interface Dispatcher {
    */
   wake(): void;
   /**
-   * An endpoint was changed or deleted through this process: deliveries of it that wait here
-   * are given back and claimed again as it now is, so no attempt starts with what it was.
+   * An endpoint was changed, deleted or recovered through this process: deliveries of it that
+   * wait here are given back and claimed again as it now is, so no attempt starts with what it
+   * was, and what a recover made due is sent without waiting for the poll.
    */
   endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
@@ -349,10 +350,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     wake: fanOuts.recent,
     endpointChanged(key) {
       const lane = lanes.get(`endpoint:${key}`);
-      if (!lane) return;
-      for (const delivery of lane.queue.splice(0)) release(delivery);
-      // Once the releases are written, the claim reads the endpoint as it now is.
-      void recorder.flush().then(() => claim(lane));
+      const queued = lane ? lane.queue.splice(0) : [];
+      for (const delivery of queued) release(delivery);
+      // Once the releases are written, the claim reads the endpoint as it now is (a recover's
+      // deliveries included).
+      void recorder.flush().then(() => (lane ? claim(lane) : claimForEndpoints()));
     },
     start() {
       if (running) return;
