@@ -7,7 +7,7 @@
 // BENCH_SAMPLE_SECONDS; after each round, and once more after a quiet spell at the end, so is
 // V8's heap (from /metrics). Fails when the server died, answered anything but 2xx, lost a
 // create, or did not stop cleanly.
-import { mkdirSync, statSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -111,12 +111,37 @@ const ROUND_HEADER = [
   'external MiB',
 ];
 
-/** Asks the service for a heap snapshot (SIGUSR2) and waits until it answers again. */
-async function heapSnapshot(pid: number, baseUrl: string): Promise<void> {
+interface Snapshot {
+  round: number;
+  file: string;
+  objects: number;
+  /** The self sizes of every object in it: what was live after the full GC it starts with. */
+  liveBytes: number;
+}
+
+/**
+ * Asks the service for a heap snapshot (SIGUSR2), waits until it answers again, and sums what
+ * the snapshot holds.
+ */
+async function heapSnapshot(pid: number, baseUrl: string, round: number): Promise<Snapshot> {
+  const before = new Set(readdirSync(SNAPSHOT_FOLDER));
   process.kill(pid, 'SIGUSR2');
   await new Promise((resolve) => setTimeout(resolve, 500));
   // The snapshot is written on the service's thread: it answers once it is done.
   await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(120_000) });
+  const file = readdirSync(SNAPSHOT_FOLDER).find(
+    (name) => !before.has(name) && name.includes(`.${pid}.`) && name.endsWith('.heapsnapshot'),
+  );
+  if (file === undefined) throw new Error(`no heap snapshot appeared in ${SNAPSHOT_FOLDER}`);
+  const { snapshot, nodes } = JSON.parse(readFileSync(join(SNAPSHOT_FOLDER, file), 'utf8')) as {
+    snapshot: { meta: { node_fields: string[] } };
+    nodes: number[];
+  };
+  const fields = snapshot.meta.node_fields.length;
+  const selfSize = snapshot.meta.node_fields.indexOf('self_size');
+  let liveBytes = 0;
+  for (let at = selfSize; at < nodes.length; at += fields) liveBytes += nodes[at] ?? 0;
+  return { round, file, objects: nodes.length / fields, liveBytes };
 }
 
 export async function soakSuite(session: Session): Promise<SuiteReport> {
@@ -195,6 +220,7 @@ export async function soakSuite(session: Session): Promise<SuiteReport> {
     );
   }, options.sampleSeconds * 1000);
   let peakRssBytes: number | undefined;
+  const snapshots: Snapshot[] = [];
   let serverCpuSeconds = 0;
   let loadSeconds = 0;
   try {
@@ -230,8 +256,12 @@ export async function soakSuite(session: Session): Promise<SuiteReport> {
         `round ${round}: ${textTable(ROUND_HEADER, [roundRow(rounds.at(-1) as Round, rounds.at(-2))]).split('\n')[2]}`,
       );
       if (options.heapSnapshotRounds.includes(round)) {
-        await heapSnapshot(server.pid, service.baseUrl);
-        say(`heap snapshot after round ${round} written into ${SNAPSHOT_FOLDER}`);
+        const taken = await heapSnapshot(server.pid, service.baseUrl, round);
+        snapshots.push(taken);
+        say(
+          `heap snapshot after round ${round}: ${taken.objects} objects, ` +
+            `${mebibytes(taken.liveBytes)} MiB, in ${join(SNAPSHOT_FOLDER, taken.file)}`,
+        );
       }
     }
   } finally {
@@ -346,7 +376,19 @@ ${
     ? `\nThe receivers, by their order in \`WEBHOOK_URLS\`, round by round:\n\n${behaviours.map((line) => `- ${line}`).join('\n')}\n`
     : ''
 }
-## Resident memory over the run
+${
+  snapshots.length > 0
+    ? `## Heap snapshots\n\n${markdownTable(
+        ['after round', 'objects', 'live MiB', 'file'],
+        snapshots.map((taken) => [
+          String(taken.round),
+          String(taken.objects),
+          mebibytes(taken.liveBytes),
+          taken.file,
+        ]),
+      )}\n\nWritten by the service on SIGUSR2 (\`--heapsnapshot-signal\`) into ${SNAPSHOT_FOLDER}, each after a full collection: what was live. The rounds after a snapshot hold the memory that writing it took.\n\n`
+    : ''
+}## Resident memory over the run
 
 ${markdownTable(['seconds', 'RSS MiB'], memory)}`,
     settings: {
