@@ -6,7 +6,16 @@ export type LoadRequests =
   /** Called once per request, so every plant is new. */
   | { nextBody: () => string }
   /** Called once per request, e.g. /plants/<a stored id>. */
-  | { nextGetPath: () => string };
+  | { nextGetPath: () => string }
+  /** Called once per request: any method, path and body. */
+  | { nextRequest: () => MixedRequest };
+
+/** One request of a mixed load. */
+export interface MixedRequest {
+  method: 'GET' | 'POST' | 'DELETE';
+  path: string;
+  body?: string;
+}
 
 export type HttpLoadOptions = LoadRequests & {
   /** e.g. http://127.0.0.1:41234 */
@@ -71,6 +80,24 @@ function requestOf(options: HttpLoadOptions): autocannon.Request {
       path: '/plants',
       headers: { authorization, 'content-type': 'application/json' },
       setupRequest: (request) => ({ ...request, body: nextBody() }),
+    };
+  }
+  if ('nextRequest' in options) {
+    const { nextRequest } = options;
+    return {
+      method: 'GET',
+      path: '/plants',
+      headers: { authorization },
+      setupRequest: (request) => {
+        const { method, path, body } = nextRequest();
+        // A JSON content type on a request without a body would be refused. Fresh objects:
+        // autocannon writes the content length into the headers it is given.
+        const headers: Record<string, string> =
+          body === undefined
+            ? { authorization }
+            : { authorization, 'content-type': 'application/json' };
+        return { ...request, method, path, headers, body };
+      },
     };
   }
   const { nextGetPath } = options;

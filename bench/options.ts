@@ -48,6 +48,22 @@ export interface BenchOptions {
   replayPercent: number;
   /** soak: seconds between two samples of the service's memory. */
   sampleSeconds: number;
+  /**
+   * soak: `mixed` (creates, reads by id, pages and deletes of what it created) or `creates`
+   * (POST /plants alone).
+   */
+  soakLoad: 'mixed' | 'creates';
+  /**
+   * soak: `unruly` turns the webhook on, to receivers that answer well or badly (500, 429,
+   * too late, never, a reset), each misbehaving in turn round after round; `off` leaves it off.
+   */
+  soakWebhooks: 'unruly' | 'off';
+  /** soak: the service's NODE_OPTIONS (e.g. V8's heap limits); none when empty. */
+  serviceNodeOptions: string;
+  /** soak: the service's MALLOC_ARENA_MAX (glibc's malloc arenas); unset when empty. */
+  serviceMallocArenaMax: string;
+  /** soak: after these rounds the service writes a heap snapshot into the results folder. */
+  heapSnapshotRounds: number[];
 }
 
 /** Each suite's defaults for the options they share. */
@@ -59,7 +75,7 @@ const DEFAULTS: Record<
   start: { connections: '1', duration: '1', warmup: '0', rounds: '5' },
   engines: { connections: '64', duration: '10', warmup: '0', rounds: '1' },
   pooler: { connections: '64', duration: '5', warmup: '2', rounds: '2' },
-  soak: { connections: '32', duration: '300', warmup: '0', rounds: '1' },
+  soak: { connections: '32', duration: '180', warmup: '0', rounds: '6' },
 };
 
 export class OptionsError extends Error {
@@ -72,6 +88,12 @@ function positiveInteger(name: string, raw: string, minimum = 1): number {
     throw new OptionsError(`${name} must be an integer of at least ${minimum}, not "${raw}"`);
   }
   return Number(raw);
+}
+
+function oneOf<T extends string>(name: string, raw: string, values: readonly T[]): T {
+  const value = values.find((known) => known === raw.trim());
+  if (value === undefined) throw new OptionsError(`${name} must be one of ${values.join(', ')}`);
+  return value;
 }
 
 function list(raw: string): string[] {
@@ -152,6 +174,19 @@ export function readBenchOptions(env: NodeJS.ProcessEnv, args: string[]): BenchO
     readPlants: positiveInteger('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
     replayPercent,
     sampleSeconds: positiveInteger('BENCH_SAMPLE_SECONDS', get('BENCH_SAMPLE_SECONDS', '10')),
+    soakLoad: oneOf('BENCH_SOAK_LOAD', get('BENCH_SOAK_LOAD', 'mixed'), ['mixed', 'creates']),
+    soakWebhooks: oneOf('BENCH_SOAK_WEBHOOKS', get('BENCH_SOAK_WEBHOOKS', 'unruly'), [
+      'unruly',
+      'off',
+    ]),
+    serviceNodeOptions: get('BENCH_NODE_OPTIONS', '').trim(),
+    serviceMallocArenaMax:
+      get('BENCH_MALLOC_ARENA_MAX', '') === ''
+        ? ''
+        : String(positiveInteger('BENCH_MALLOC_ARENA_MAX', get('BENCH_MALLOC_ARENA_MAX', ''))),
+    heapSnapshotRounds: list(get('BENCH_HEAP_SNAPSHOT_ROUNDS', '')).map((item) =>
+      positiveInteger('BENCH_HEAP_SNAPSHOT_ROUNDS', item),
+    ),
   };
 }
 

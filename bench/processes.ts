@@ -159,7 +159,10 @@ function readProc(path: string): string | undefined {
 }
 
 /** A `VmRSS`-style line of /proc/<pid>/status, in bytes. */
-export function readStatusBytes(pid: number, field: 'VmRSS' | 'VmHWM'): number | undefined {
+export function readStatusBytes(
+  pid: number,
+  field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFile',
+): number | undefined {
   const status = readProc(`/proc/${pid}/status`);
   const match = status && new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(status);
   return match?.[1] ? Number(match[1]) * 1024 : undefined;

@@ -49,10 +49,10 @@ const POSTGRES_SETTINGS = [
 ];
 
 /** The `limit` of the get-page target's requests. */
-const PAGE_SIZE = 100;
+export const PAGE_SIZE = 100;
 
 /** The plants stored for the read targets: ids step, 2·step, … count·step, spread over int64. */
-interface StoredPlants {
+export interface StoredPlants {
   count: number;
   step: bigint;
 }
@@ -66,7 +66,7 @@ interface Targets {
 type HttpTarget = Exclude<Target, 'pgbench'>;
 
 /** Stores `count` plants (and fresh statistics) for the read targets. */
-async function storePlantsToRead(databaseUrl: string, count: number): Promise<StoredPlants> {
+export async function storePlantsToRead(databaseUrl: string, count: number): Promise<StoredPlants> {
   const step = (2n ** 63n - 1n) / BigInt(count);
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();

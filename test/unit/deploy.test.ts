@@ -8,7 +8,9 @@ import {
   imageCommand,
   instructionsOf,
   projectFile,
+  readCompose,
   runtimeStage,
+  stageEnvironment,
 } from '../helpers/deploy-files.js';
 import { projectRoot } from '../helpers/process.js';
 
@@ -213,6 +215,19 @@ describe('the Deployment', () => {
 
   it('runs two replicas', () => {
     expect((manifest('Deployment').spec as { replicas?: number }).replicas).toBe(2);
+  });
+
+  it("keeps the image's NODE_OPTIONS, which bound V8's young generation as docs/operations.md says", () => {
+    const { NODE_OPTIONS } = stageEnvironment(runtimeStage());
+    expect(NODE_OPTIONS).toBe('--max-semi-space-size=16');
+    expect(projectFile('docs/operations.md')).toContain(`NODE_OPTIONS=${NODE_OPTIONS}`);
+    // Setting it here, or in the compose app service, would replace the image's, not add to it.
+    expect(container('Deployment').env?.map(({ name }) => name)).not.toContain('NODE_OPTIONS');
+    const compose = readCompose().services.app?.environment ?? {};
+    const composeNames = Array.isArray(compose)
+      ? compose.map((entry) => entry.split('=')[0])
+      : Object.keys(compose);
+    expect(composeNames).not.toContain('NODE_OPTIONS');
   });
 
   it('requests and limits CPU and memory', () => {
