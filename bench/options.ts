@@ -10,6 +10,9 @@ const TARGETS = [
   'floor',
   'service',
   'service+webhooks',
+  'service+endpoints-1',
+  'service+endpoints-10',
+  'service+endpoints-100',
   'service-traced',
   'service-unbatched',
   'http-ceiling',
@@ -19,6 +22,12 @@ const TARGETS = [
   'get-page',
 ] as const;
 export type Target = (typeof TARGETS)[number];
+
+/** The webhook endpoints a service+endpoints-N target subscribes; undefined for the others. */
+export function endpointsOf(target: Target): number | undefined {
+  const match = /^service\+endpoints-(\d+)$/.exec(target);
+  return match ? Number(match[1]) : undefined;
+}
 
 export interface BenchOptions {
   suite: Suite;
