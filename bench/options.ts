@@ -10,6 +10,9 @@ const TARGETS = [
   'floor',
   'service',
   'service+webhooks',
+  'service+endpoints-1',
+  'service+endpoints-10',
+  'service+endpoints-100',
   'service-traced',
   'service-unbatched',
   'http-ceiling',
@@ -19,6 +22,12 @@ const TARGETS = [
   'get-page',
 ] as const;
 export type Target = (typeof TARGETS)[number];
+
+/** The webhook endpoints a service+endpoints-N target subscribes; undefined for the others. */
+export function endpointsOf(target: Target): number | undefined {
+  const match = /^service\+endpoints-(\d+)$/.exec(target);
+  return match ? Number(match[1]) : undefined;
+}
 
 export interface BenchOptions {
   suite: Suite;
@@ -131,7 +140,9 @@ export function readBenchOptions(env: NodeJS.ProcessEnv, args: string[]): BenchO
     throw new OptionsError('BENCH_CONNECTIONS: the soak suite runs at one level');
   }
 
-  const targets = list(get('BENCH_TARGETS', TARGETS.join(','))).map((item) => {
+  // The endpoint targets only when named: unthrottled, 100 endpoints owe minutes of deliveries.
+  const defaultTargets = TARGETS.filter((target) => endpointsOf(target) === undefined);
+  const targets = list(get('BENCH_TARGETS', defaultTargets.join(','))).map((item) => {
     const target = TARGETS.find((known) => known === item);
     if (!target) throw new OptionsError(`BENCH_TARGETS: unknown target "${item}"`);
     return target;

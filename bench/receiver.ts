@@ -1,11 +1,12 @@
 // A webhook receiver for `npm run bench`, in a process of its own: it answers every delivery
-// 200 at once and notes when the first delivery of each plant arrived; its parent reads the
-// notes over IPC ('report'). A bare HTTP/1.1 parser on node:net rather than node:http: on a
-// real deployment the receiver runs elsewhere, so here it should take as little of the shared
-// cores as it can. It does not verify signatures, which the tests do.
+// 200 at once and notes when the first delivery of each plant arrived and how many arrived; its
+// parent reads the notes over IPC ('report', or 'count' for the number of requests alone). A
+// bare HTTP/1.1 parser on node:net rather than node:http: on a real deployment the receiver runs
+// elsewhere, so here it should take as little of the shared cores as it can. It does not verify signatures, which the tests do.
 import { createServer } from 'node:net';
 
-const firstArrival = new Map<string, number>();
+/** Per plant id: when its first delivery arrived, and how many did (one per subscriber). */
+const arrivals = new Map<string, [number, number]>();
 let requests = 0;
 const OK = Buffer.from('HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n');
 const HEADERS_END = Buffer.from('\r\n\r\n');
@@ -28,7 +29,9 @@ const server = createServer((socket) => {
       answers++;
       // The body starts {"id":<digits>, as the service writes it.
       const id = body.slice(6, body.indexOf(','));
-      if (!firstArrival.has(id)) firstArrival.set(id, Date.now());
+      const seen = arrivals.get(id);
+      if (seen === undefined) arrivals.set(id, [Date.now(), 1]);
+      else seen[1]++;
     }
     if (answers === 1) socket.write(OK);
     else if (answers > 1) socket.write(Buffer.concat(Array.from({ length: answers }, () => OK)));
@@ -41,6 +44,12 @@ server.listen(0, '127.0.0.1', () => {
   process.send?.({ port: address.port });
 });
 process.on('message', (message) => {
-  if (message === 'report') process.send?.({ requests, arrivals: [...firstArrival] });
+  if (message === 'count') process.send?.({ requests });
+  if (message === 'report') {
+    process.send?.({
+      requests,
+      arrivals: [...arrivals].map(([id, [first, count]]) => [id, first, count]),
+    });
+  }
 });
 process.on('disconnect', () => process.exit(0));

@@ -1,3 +1,4 @@
+import { endpointRows, endpointsMarkdown, endpointsTextTable } from './endpoints-report.js';
 import type { Target } from './options.js';
 import { fixed, markdownTable, mebibytes, textTable } from './report.js';
 import type { CpuUse } from './session.js';
@@ -24,17 +25,27 @@ export interface RunResult {
   cpu?: CpuUse;
   /** Plants in each answer, when not one (a page). */
   rowsPerAnswer?: number;
-  /** service+webhooks: what the receiver got, and how long after each commit. */
+  /** service+webhooks and service+endpoints-N: what the receiver got, and how long after each commit. */
   webhooks?: WebhookFigures;
 }
 
 export interface WebhookFigures {
+  /** Subscribers every plant goes to: the static URL, or the endpoints. */
+  subscribers: number;
   /** Plants the target stored (warm-up included). */
   plants: number;
   /** Plants delivered at least once. */
   delivered: number;
   undelivered: number;
-  /** Deliveries beyond the first of a plant. */
+  /** Plants delivered at least `subscribers` times. */
+  complete: number;
+  /** Requests the receiver got per plant stored (`subscribers` when all came once). */
+  deliveriesPerPlant: number | null;
+  /** Seconds from the end of the load until every delivery came (or the wait gave up). */
+  drainSeconds: number;
+  /** Deliveries still owed when the measured load ended. */
+  behindAtEnd?: number;
+  /** Deliveries beyond the `subscribers` each plant is owed. */
   duplicates: number;
   /** From the plant's created_at to the first delivery's arrival. */
   p50Ms: number | null;
@@ -239,10 +250,16 @@ function ratioRows(list: Ratio[]): string[][] {
 }
 
 const WEBHOOK_HEADER = [
+  'target',
   'connections',
+  'subscribers',
   'plants',
   'delivered',
+  'to every subscriber',
+  'deliveries per plant',
   'duplicates',
+  'behind at end',
+  'drain s',
   'commit to delivery p50 ms',
   'p99 ms',
   'max ms',
@@ -255,10 +272,16 @@ function webhookRows(runs: RunResult[]): string[][] {
     run.webhooks
       ? [
           [
+            run.target,
             String(run.connections),
+            String(run.webhooks.subscribers),
             String(run.webhooks.plants),
             String(run.webhooks.delivered),
+            String(run.webhooks.complete),
+            fixed(run.webhooks.deliveriesPerPlant, 2),
             String(run.webhooks.duplicates),
+            run.webhooks.behindAtEnd === undefined ? '-' : String(run.webhooks.behindAtEnd),
+            fixed(run.webhooks.drainSeconds, 1),
             fixed(run.webhooks.p50Ms, 1),
             fixed(run.webhooks.p99Ms, 1),
             fixed(run.webhooks.maxMs, 1),
@@ -293,11 +316,13 @@ export function runSummary(run: RunResult): string {
 export function textTables(runs: RunResult[], levels: number[]): string {
   const list = ratios(runs, levels);
   const webhooks = webhookRows(runs);
+  const endpoints = endpointRows(runs, levels);
   return [
     textTable(TABLE_HEADER, tableRows(runs)),
     textTable(RATIO_HEADER, ratioRows(list), 0),
     textTable(CPU_RATIO_HEADER, cpuRatioRows(list), 0),
-    ...(webhooks.length > 0 ? [textTable(WEBHOOK_HEADER, webhooks, 1)] : []),
+    ...(webhooks.length > 0 ? [textTable(WEBHOOK_HEADER, webhooks, 2)] : []),
+    ...(endpoints.length > 0 ? [endpointsTextTable(endpoints)] : []),
   ].join('\n\n');
 }
 
@@ -339,13 +364,15 @@ ${
   webhooks.length === 0
     ? ''
     : `
-The newPlant webhook of service+webhooks: plants it stored (warm-up included), plants its
-receiver got, deliveries beyond the first, and the time from each plant's \`created_at\` (the
-start of its transaction, a little before its commit) to its first delivery's arrival:
+The newPlant webhook of service+webhooks and service+endpoints-N: plants each stored (warm-up
+included), plants its receiver got at least once and from every subscriber, requests per plant,
+deliveries beyond one per plant and subscriber, deliveries still owed when the measured load
+ended, seconds until the last came, and the time from each plant's \`created_at\` (the start
+of its transaction, a little before its commit) to its first delivery's arrival:
 
-${markdownTable(WEBHOOK_HEADER, webhooks, 0)}
+${markdownTable(WEBHOOK_HEADER, webhooks, 1)}
 `
-}
+}${endpointsMarkdown(endpointRows(runs, levels))}
 
 ## What each target is
 
@@ -360,6 +387,13 @@ ${markdownTable(WEBHOOK_HEADER, webhooks, 0)}
 - **service+webhooks**: the same service with the newPlant webhook on (\`WEBHOOK_URLS\` one
   receiver on loopback, \`bench/receiver.ts\` in a process of its own, answering 200 at once):
   every create also writes its event in the same statement, and the service delivers it.
+- **service+endpoints-1, -10, -100**: the same service with no \`WEBHOOK_URLS\` and that many
+  webhook endpoints, rows of \`webhook_endpoints\` written before the first create (each a
+  path of its own on the same receiver, \`<receiver>/<i>\`, and a \`whsec_\` key of its own,
+  unsealed), with \`WEBHOOK_ALLOW_PRIVATE_NETWORKS=true\` so they may reach loopback: every
+  create writes its event, a fan-out writes one delivery per endpoint, and each is signed with
+  its endpoint's key, sent, and logged in \`webhook_attempts\`. The endpoints (and their
+  deliveries and log) are removed when the run ends.
 - **service-traced**: the same service with tracing on (\`OTEL_EXPORTER_OTLP_ENDPOINT\` a
   collector on loopback, \`bench/otlp-receiver.ts\` in a process of its own, answering 200 at
   once), everything else at the SDK's defaults: every request sampled, a server span per create and

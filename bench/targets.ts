@@ -1,5 +1,6 @@
 // The targets suite, `npm run bench`: bare Fastify with the same schemas (floor), the service as
-// shipped with and without the webhook, tracing or coalescing, the same app without database I/O
+// shipped with and without the webhook (a static URL, or 1, 10 or 100 endpoints), tracing or
+// coalescing, the same app without database I/O
 // (http-ceiling) and pgbench running the service's INSERT, at each concurrency level; then the
 // service's reads (by id and a page at a time) of plants stored beforehand. Each run measures the
 // CPU of the target's process and of the PostgreSQL server's processes per answer.
@@ -11,7 +12,7 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type LoadRequests, runHttpLoad } from './http-load.js';
-import { pgbenchJobsFor, type Target } from './options.js';
+import { endpointsOf, pgbenchJobsFor, type Target } from './options.js';
 import { benchBuildFolder } from './paths.js';
 import { pgbenchVersion, runPgbench } from './pgbench.js';
 import { describeExit } from './processes.js';
@@ -109,9 +110,15 @@ interface Receiver<Report> {
   url: string;
   pid: number;
   report(): Promise<Report>;
+  /** The requests it got so far. */
+  count(): Promise<number>;
   stop(): Promise<void>;
 }
-type WebhookReceiver = Receiver<{ requests: number; arrivals: Array<[string, number]> }>;
+/** Per plant id: the first delivery's arrival (ms since the epoch) and the deliveries that came. */
+type WebhookReceiver = Receiver<{
+  requests: number;
+  arrivals: Array<[string, number, number]>;
+}>;
 type OtlpCollector = Receiver<{ requests: number; spans: number }>;
 
 /** bench/receiver.ts or bench/otlp-receiver.ts, in a process of its own. */
@@ -123,14 +130,16 @@ async function startReceiver<Report>(
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
   const [{ port }] = (await once(child, 'message')) as [{ port: number }];
+  const ask = async (message: string) => {
+    const answer = once(child, 'message');
+    child.send(message);
+    return (await answer)[0];
+  };
   return {
     url: urlOf(port),
     pid: child.pid as number,
-    async report() {
-      const answer = once(child, 'message');
-      child.send('report');
-      return (await answer)[0];
-    },
+    report: () => ask('report'),
+    count: async () => (await ask('count')).requests,
     async stop() {
       child.disconnect();
       if (child.exitCode === null) await once(child, 'exit');
@@ -144,14 +153,16 @@ const quantile = (sorted: number[], q: number) =>
     : (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? null);
 
 /**
- * Waits until every plant the target stored since `sinceMs` was delivered (up to 30 s), then
- * measures commit-to-delivery: from the plant's created_at (the start of its transaction, a
- * little before the commit) to the first delivery's arrival at the receiver.
+ * Waits until every plant the target stored since `sinceMs` was delivered to each of its
+ * `subscribers` (up to 30 s, and 0.6 s more per subscriber), then measures commit-to-delivery:
+ * from the plant's created_at (the start of its transaction, a little before the commit) to the
+ * first delivery's arrival at the receiver.
  */
 async function measureDeliveries(
   session: Session,
   receiver: WebhookReceiver,
   sinceMs: number,
+  subscribers: number,
 ): Promise<WebhookFigures> {
   const client = new pg.Client({ connectionString: session.databaseUrl });
   await client.connect();
@@ -164,33 +175,102 @@ async function measureDeliveries(
           [sinceMs],
         )
       ).rows;
-    const deadline = Date.now() + 30_000;
+    const startedAt = Date.now();
+    const deadline = startedAt + 30_000 + 600 * subscribers;
     let plants = await read();
-    let report = await receiver.report();
-    while (report.arrivals.length < plants.length && Date.now() < deadline) {
+    // The request count is cheap to ask for; the arrivals are read once it is high enough.
+    while (
+      (await receiver.count()) < subscribers * plants.length &&
+      Date.now() < deadline &&
+      !session.signal.aborted
+    ) {
       await new Promise((resolve) => setTimeout(resolve, 250));
       plants = await read();
-      report = await receiver.report();
     }
-    const arrivals = new Map(report.arrivals);
+    const drainSeconds = (Date.now() - startedAt) / 1000;
+    const report = await receiver.report();
+    const arrivals = new Map(report.arrivals.map(([id, first, count]) => [id, { first, count }]));
     const latencies: number[] = [];
+    let complete = 0;
+    let duplicates = 0;
     for (const plant of plants) {
       const arrived = arrivals.get(plant.id);
-      if (arrived !== undefined) latencies.push(arrived - plant.created_ms);
+      if (arrived === undefined) continue;
+      latencies.push(arrived.first - plant.created_ms);
+      if (arrived.count >= subscribers) complete++;
+      duplicates += Math.max(0, arrived.count - subscribers);
     }
     latencies.sort((a, b) => a - b);
     const delivered = latencies.length;
     return {
+      subscribers,
       plants: plants.length,
       delivered,
       undelivered: plants.length - delivered,
-      duplicates: report.requests - report.arrivals.length,
+      complete,
+      deliveriesPerPlant: plants.length === 0 ? null : report.requests / plants.length,
+      drainSeconds,
+      duplicates,
       p50Ms: quantile(latencies, 0.5),
       p99Ms: quantile(latencies, 0.99),
       maxMs: latencies.at(-1) ?? null,
       withinOneSecond:
         delivered === 0 ? null : latencies.filter((ms) => ms <= 1000).length / plants.length,
     };
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * Subscribes `count` webhook endpoints straight in the table, as the management API would
+ * (`<receiver>/<i>` each, a key of its own stored unsealed: the service runs without
+ * WEBHOOK_ENCRYPTION_KEY), so that the target pays for deliveries and not for the API.
+ */
+async function subscribeEndpoints(databaseUrl: string, url: string, count: number): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query('truncate webhook_endpoints cascade');
+    const urls = Array.from({ length: count }, (_, i) => `${url}/${i + 1}`);
+    // As the service's generateSecret makes them: whsec_ and 32 random bytes in base64.
+    const secrets = urls.map(() => `plain:whsec_${randomBytes(32).toString('base64')}`);
+    await client.query(
+      'insert into webhook_endpoints (url, secret) select * from unnest($1::text[], $2::text[])',
+      [urls, secrets],
+    );
+  } finally {
+    await client.end();
+  }
+}
+
+async function unsubscribeEndpoints(databaseUrl: string): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query('truncate webhook_endpoints cascade');
+  } finally {
+    await client.end();
+  }
+}
+
+/** Deliveries of the plants stored since `sinceMs` that the receiver has not got yet. */
+async function pendingDeliveries(
+  session: Session,
+  receiver: WebhookReceiver,
+  sinceMs: number,
+  subscribers: number,
+): Promise<number> {
+  const client = new pg.Client({ connectionString: session.databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ plants: number }>(
+      `select count(*)::int as plants from plants
+        where created_at >= to_timestamp($1::float8 / 1000)`,
+      [sinceMs],
+    );
+    const requests = await receiver.count();
+    return Math.max(0, subscribers * (rows[0]?.plants ?? 0) - requests);
   } finally {
     await client.end();
   }
@@ -253,8 +333,9 @@ async function runHttpTarget(
 ): Promise<RunResult> {
   const { session } = targets;
   const { options } = session;
+  const endpoints = endpointsOf(target);
   const receiver: WebhookReceiver | undefined =
-    target === 'service+webhooks'
+    target === 'service+webhooks' || endpoints !== undefined
       ? await startReceiver('receiver.js', (port) => `http://127.0.0.1:${port}/webhooks/plants`)
       : undefined;
   const collector: OtlpCollector | undefined =
@@ -268,12 +349,22 @@ async function runHttpTarget(
       `${target}-${connections}`,
       {
         ...targetEnvironment(target),
-        ...(receiver && { WEBHOOK_URLS: receiver.url, WEBHOOK_SECRET: BENCH_WEBHOOK_SECRET }),
+        ...(receiver &&
+          endpoints === undefined && {
+            WEBHOOK_URLS: receiver.url,
+            WEBHOOK_SECRET: BENCH_WEBHOOK_SECRET,
+          }),
+        // The receiver listens on loopback, which endpoints may reach only when allowed.
+        ...(endpoints !== undefined && { WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
         ...(collector && { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url }),
       },
       entryOf(target),
     );
     try {
+      // Before the first create: an endpoint gets the events recorded after it was made.
+      if (receiver && endpoints !== undefined) {
+        await subscribeEndpoints(session.databaseUrl, receiver.url, endpoints);
+      }
       await checkAnswers(service.baseUrl, targets, target);
       await checkpoint(session);
       const load = {
@@ -293,10 +384,15 @@ async function runHttpTarget(
         receiver ? { receiver: receiver.pid } : {},
         () => runHttpLoad({ ...load, durationSeconds: options.durationSeconds }),
       );
+      // What the receiver still waited for when the load ended: a backlog that grows with the
+      // run means the service does not keep up with this rate.
+      const behind =
+        receiver && (await pendingDeliveries(session, receiver, startedAtMs, endpoints ?? 1));
       const exited = exitedEarly(service);
       if (exited !== undefined) throw new Error(`the server exited during the run:\n${exited}`);
       // Before the service stops: what it still has to deliver, it delivers.
-      const webhooks = receiver && (await measureDeliveries(session, receiver, startedAtMs));
+      const webhooks =
+        receiver && (await measureDeliveries(session, receiver, startedAtMs, endpoints ?? 1));
       const exit = await service.stop();
       // Stopping flushed the spans still buffered.
       const traces = collector && (await collector.report());
@@ -320,12 +416,19 @@ async function runHttpTarget(
       }
       if (webhooks) {
         const receiverCpu = measured.others.receiver;
-        run.webhooks = receiverCpu === undefined ? webhooks : { ...webhooks, receiverCpu };
+        run.webhooks = {
+          ...webhooks,
+          ...(receiverCpu !== undefined && { receiverCpu }),
+          ...(behind !== undefined && { behindAtEnd: behind }),
+        };
       }
       if (exit.code !== 0) run.note = `the server stopped with ${describeExit(exit)}`;
       return run;
     } finally {
       await service.stop();
+      // The next target starts with no subscriber: the endpoints go, and with them their
+      // deliveries and attempt log.
+      if (endpoints !== undefined) await unsubscribeEndpoints(session.databaseUrl);
     }
   } finally {
     await receiver?.stop();
