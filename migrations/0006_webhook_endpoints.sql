@@ -24,6 +24,7 @@ CREATE TABLE "webhook_endpoints" (
 	"updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 --> statement-breakpoint
+DROP INDEX "webhook_deliveries_due_idx";--> statement-breakpoint
 ALTER TABLE "webhook_deliveries" ALTER COLUMN "url" DROP NOT NULL;--> statement-breakpoint
 ALTER TABLE "webhook_deliveries" ADD COLUMN "endpoint_id" bigint;--> statement-breakpoint
 ALTER TABLE "webhook_attempts" ADD CONSTRAINT "webhook_attempts_endpoint_id_webhook_endpoints_id_fk" FOREIGN KEY ("endpoint_id") REFERENCES "public"."webhook_endpoints"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
@@ -33,4 +34,5 @@ ALTER TABLE "webhook_deliveries" ADD CONSTRAINT "webhook_deliveries_endpoint_id_
 CREATE INDEX "webhook_deliveries_endpoint_due_idx" ON "webhook_deliveries" USING btree ("endpoint_id","next_attempt_at") WHERE "webhook_deliveries"."failed_at" is null and "webhook_deliveries"."endpoint_id" is not null;--> statement-breakpoint
 CREATE INDEX "webhook_deliveries_endpoint_idx" ON "webhook_deliveries" USING btree ("endpoint_id","failed_at") WHERE "webhook_deliveries"."endpoint_id" is not null;--> statement-breakpoint
 CREATE INDEX "webhook_deliveries_failed_idx" ON "webhook_deliveries" USING btree ("failed_at") WHERE "webhook_deliveries"."failed_at" is not null;--> statement-breakpoint
+CREATE INDEX "webhook_deliveries_due_idx" ON "webhook_deliveries" USING btree ("url","next_attempt_at") WHERE "webhook_deliveries"."failed_at" is null and "webhook_deliveries"."url" is not null;--> statement-breakpoint
 ALTER TABLE "webhook_deliveries" ADD CONSTRAINT "webhook_deliveries_one_subscriber" CHECK (("webhook_deliveries"."url" is null) <> ("webhook_deliveries"."endpoint_id" is null));

@@ -87,7 +87,7 @@ export const webhookDeliveries = pgTable(
     // The due work of one URL, oldest first: claims and the oldest-due metric are range scans.
     index('webhook_deliveries_due_idx')
       .on(table.url, table.nextAttemptAt)
-      .where(sql`${table.failedAt} is null`),
+      .where(sql`${table.failedAt} is null and ${table.url} is not null`),
     // The same for endpoints.
     index('webhook_deliveries_endpoint_due_idx')
       .on(table.endpointId, table.nextAttemptAt)
