@@ -1,7 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
-import { createTokenVerifier } from './http/auth.js';
+import { createAuthThrottle, createScopedTokens } from './http/auth.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
 import { http1, httpServerOptions } from './http/connections.js';
 import { ErrorSchema, errorHandler, notFoundHandler } from './http/errors.js';
@@ -18,7 +18,10 @@ import { createValidatorCompiler } from './http/validation.js';
 import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
+import type { EndpointStore } from './webhooks/endpoints.js';
 import { webhooksDocument } from './webhooks/openapi.js';
+import { endpointRoutes } from './webhooks/routes.js';
+import { endpointSchemas } from './webhooks/schemas.js';
 
 /** The settings of the configuration that shape the HTTP app. */
 export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database'>;
@@ -28,6 +31,10 @@ export interface AppOptions {
   logger: FastifyBaseLogger;
   /** The plant store; throws (503) while the service has not opened its database yet. */
   plants: () => PlantRepository;
+  /** The statements of the webhook management API; throws (503) until the database is open. */
+  endpoints: () => EndpointStore;
+  /** Called after each change made through the management API has been committed. */
+  onEndpointsChanged?: () => void;
   checkReadiness: ReadinessCheck;
   /** Where failed authentications are counted for every replica, once the database is open. */
   authFailures?: () => AuthFailureStore | undefined;
@@ -41,7 +48,13 @@ export interface AppOptions {
 
 const DOCS_PREFIX = '/docs';
 
-const sharedSchemas: TSchema[] = [PlantSchema, NewPlantSchema, StoredPlantSchema, ErrorSchema];
+const sharedSchemas: TSchema[] = [
+  PlantSchema,
+  NewPlantSchema,
+  StoredPlantSchema,
+  ErrorSchema,
+  ...endpointSchemas,
+];
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { metrics } = options;
@@ -87,12 +100,39 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(healthRoutes, { checkReadiness: options.checkReadiness, isStopping });
   if (metrics && options.config.metricsPort === undefined)
     await app.register(metricsRoute, { metrics });
-  const { tokens, ...limits } = auth;
+  const { tokens, adminTokens, ...limits } = auth;
+  const scoped = createScopedTokens({ plants: tokens, admin: adminTokens });
+  const sharedLimits = { ...limits, failureStore: options.authFailures };
+  // One count of failed authentications per address, whichever API it guesses at.
+  const throttle = createAuthThrottle(sharedLimits, app.log);
+  const answerWithinMs = options.config.database.statementTimeoutMs;
   await app.register(plantRoutes, {
     plants: options.plants,
-    verifyToken: createTokenVerifier(tokens),
-    limits: { ...limits, failureStore: options.authFailures },
-    answerWithinMs: options.config.database.statementTimeoutMs,
+    verifyToken: scoped.plants.verify,
+    limits: {
+      ...sharedLimits,
+      throttle,
+      otherScope: {
+        validElsewhere: scoped.plants.validElsewhere,
+        message: 'this token is for the webhook management API; the plant API needs a plant token',
+      },
+    },
+    answerWithinMs,
+  });
+  await app.register(endpointRoutes, {
+    endpoints: options.endpoints,
+    verifyToken: scoped.admin.verify,
+    limits: {
+      ...sharedLimits,
+      throttle,
+      otherScope: {
+        validElsewhere: scoped.admin.validElsewhere,
+        message: 'this token is for the plant API; the webhook management API needs an admin token',
+      },
+    },
+    answerWithinMs,
+    jsonMaxDepth: http.jsonMaxDepth,
+    onEndpointsChanged: options.onEndpointsChanged,
   });
   refuseUnservedMethods();
 

@@ -65,3 +65,26 @@ export function textProblem(
   }
   return undefined;
 }
+
+const checkedKinds = new Map<string, (value: unknown) => string | undefined>();
+
+/**
+ * A value of kind `kind`, valid when `problem` finds nothing wrong with it. `problem` answers in
+ * words that follow the value's name ("must be ..."), which a 400 then says.
+ */
+export function Checked<T>(
+  kind: string,
+  problem: (value: unknown) => string | undefined,
+  schema: Record<string, unknown>,
+): TUnsafe<T> {
+  if (!checkedKinds.has(kind)) {
+    checkedKinds.set(kind, problem);
+    TypeRegistry.Set(kind, (_schema, value) => problem(value) === undefined);
+  }
+  return Type.Unsafe<T>({ ...schema, [Kind]: kind });
+}
+
+/** What is wrong with `value` as a value of the Checked kind `kind`; undefined when unknown. */
+export function checkedProblem(kind: unknown, value: unknown): string | undefined {
+  return typeof kind === 'string' ? checkedKinds.get(kind)?.(value) : undefined;
+}

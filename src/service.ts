@@ -12,6 +12,7 @@ import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
 import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
+import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createOutbox } from './webhooks/outbox.js';
 import { createUpkeep } from './webhooks/upkeep.js';
@@ -75,6 +76,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
   let database = deps.database;
   let repository: PlantRepository | undefined;
   let authFailures: AuthFailureStore | undefined;
+  let endpoints: EndpointStore | undefined;
   let dispatcher: Dispatcher | undefined;
   let metricsServer: FastifyInstance | undefined;
   let stopping = false;
@@ -101,6 +103,12 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       if (repository === undefined) throw starting();
       return repository;
     },
+    endpoints: () => {
+      if (endpoints === undefined) throw starting();
+      return endpoints;
+    },
+    // A change to the endpoints through the API, committed: where the dispatcher is told of it.
+    onEndpointsChanged: () => {},
     // Until open() has made it, each failure is counted in memory: a guess must not go uncounted
     // while the service starts, and the count cannot be shared before the database answers.
     authFailures: () => authFailures,
@@ -156,6 +164,10 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     authFailures = createAuthFailureCounts(db.db, {
       limit: config.auth.failuresPerAddress,
       windowMs: config.auth.windowMs,
+    });
+    endpoints = createEndpointStore(db.db, {
+      encryptionKey: config.webhooks.encryptionKey,
+      rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;
     repository = deps.repository

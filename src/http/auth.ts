@@ -2,7 +2,12 @@ import { hash } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { type AuthFailureStore, createFailureThrottle } from './auth-throttle.js';
+import {
+  type AuthFailureStore,
+  createFailureThrottle,
+  type FailureThrottle,
+  type FailureThrottleOptions,
+} from './auth-throttle.js';
 import { HttpError } from './errors.js';
 
 /** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
@@ -10,23 +15,55 @@ export const SHA256_ENTRY_PREFIX = 'sha256:';
 
 const CHALLENGE = 'Bearer realm="plant-store"';
 
+/** What a token may reach: the plant API, or the webhook management API. */
+export type TokenScope = 'plants' | 'admin';
+
+const SCOPE_BITS: Record<TokenScope, number> = { plants: 1, admin: 2 };
+
+/** The checks of one scope's tokens. */
+export interface ScopedTokens {
+  /** True when the token is valid in this scope. */
+  verify: (token: string) => boolean;
+  /** True when the token is valid in another scope only: it is answered 403, not 401. */
+  validElsewhere: (token: string) => boolean;
+}
+
+function digestOf(entry: string): string {
+  return entry.startsWith(SHA256_ENTRY_PREFIX)
+    ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex').toString('base64')
+    : hash('sha256', entry, 'base64');
+}
+
 /**
- * Builds the token check from configured entries (tokens or `sha256:<hex>` digests). A presented
- * token is looked up by its SHA-256 digest, never by itself: how long a lookup takes can depend
- * on the digest's characters, and learning about the digest of a guess tells nothing about any
- * configured token, so neither the length of a configured token nor which entry matched shows in
- * the response time. (One digest, made by one crypto.hash call, and one lookup per request: less
- * than half the CPU of comparing a digest with every entry through timingSafeEqual.)
+ * Builds the token checks of every scope from configured entries (tokens or `sha256:<hex>`
+ * digests), over one map from digest to the scopes it opens. A presented token is looked up by
+ * its SHA-256 digest, never by itself: how long a lookup takes can depend on the digest's
+ * characters, and learning about the digest of a guess tells nothing about any configured token,
+ * so neither the length of a configured token nor which entry matched shows in the response
+ * time. (One digest, made by one crypto.hash call, and one lookup per request: less than half the
+ * CPU of comparing a digest with every entry through timingSafeEqual.)
  */
+export function createScopedTokens(
+  entries: Readonly<Record<TokenScope, readonly string[]>>,
+): Record<TokenScope, ScopedTokens> {
+  const scopes = new Map<string, number>();
+  for (const scope of Object.keys(SCOPE_BITS) as TokenScope[]) {
+    for (const entry of entries[scope]) {
+      const digest = digestOf(entry);
+      scopes.set(digest, (scopes.get(digest) ?? 0) | SCOPE_BITS[scope]);
+    }
+  }
+  const scopesOf = (token: string) => scopes.get(hash('sha256', token, 'base64')) ?? 0;
+  const checks = (bit: number): ScopedTokens => ({
+    verify: (token) => (scopesOf(token) & bit) !== 0,
+    validElsewhere: (token) => (scopesOf(token) & ~bit) !== 0,
+  });
+  return { plants: checks(SCOPE_BITS.plants), admin: checks(SCOPE_BITS.admin) };
+}
+
+/** The check of one list of entries (see createScopedTokens). */
 export function createTokenVerifier(entries: readonly string[]): (token: string) => boolean {
-  const digests = new Set(
-    entries.map((entry) =>
-      entry.startsWith(SHA256_ENTRY_PREFIX)
-        ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex').toString('base64')
-        : hash('sha256', entry, 'base64'),
-    ),
-  );
-  return (token) => digests.has(hash('sha256', token, 'base64'));
+  return createScopedTokens({ plants: entries, admin: [] }).plants.verify;
 }
 
 /**
@@ -59,6 +96,13 @@ function unauthorized(request: FastifyRequest): HttpError {
   });
 }
 
+/** A valid token used outside its scope (RFC 6750 §3.1): not an authentication failure. */
+function insufficientScope(message: string): HttpError {
+  return new HttpError(403, message, {
+    'www-authenticate': `${CHALLENGE}, error="insufficient_scope"`,
+  });
+}
+
 function tooManyRequests(message: string, retryAfterSeconds: number): HttpError {
   return new HttpError(429, message, { 'retry-after': String(Math.max(1, retryAfterSeconds)) });
 }
@@ -82,6 +126,33 @@ export interface AuthLimits {
    * without it, each replica counts in its own memory.
    */
   failureStore?: (() => AuthFailureStore | undefined) | undefined;
+  /**
+   * The throttle of failed authentications, when several scopes share it (see
+   * createAuthThrottle): an address is counted once for the whole service, whatever path it
+   * guesses on. Each scope makes its own when absent.
+   */
+  throttle?: FailureThrottle | undefined;
+  /**
+   * Tokens valid in another scope, and what to tell their bearers: they are answered 403
+   * insufficient_scope, never 401, and are not counted as failures.
+   */
+  otherScope?: { validElsewhere: (token: string) => boolean; message: string } | undefined;
+}
+
+/** The failure throttle of `limits`, to share between scopes; undefined when it is off. */
+export function createAuthThrottle(
+  limits: AuthLimits,
+  log: FailureThrottleOptions['log'],
+): FailureThrottle | undefined {
+  return limits.failuresPerAddress > 0
+    ? createFailureThrottle({
+        limit: limits.failuresPerAddress,
+        windowMs: limits.windowMs,
+        ipv6Prefix: limits.ipv6Prefix,
+        store: limits.failureStore ?? (() => undefined),
+        log,
+      })
+    : undefined;
 }
 
 /**
@@ -99,16 +170,8 @@ export async function requireBearerToken(
   limits: AuthLimits,
 ): Promise<void> {
   await scope.register(rateLimit, { global: false });
-  const throttle =
-    limits.failuresPerAddress > 0
-      ? createFailureThrottle({
-          limit: limits.failuresPerAddress,
-          windowMs: limits.windowMs,
-          ipv6Prefix: limits.ipv6Prefix,
-          store: limits.failureStore ?? (() => undefined),
-          log: scope.log,
-        })
-      : undefined;
+  const throttle = limits.throttle ?? createAuthThrottle(limits, scope.log);
+  const { otherScope } = limits;
   if (throttle) {
     scope.addHook('onReady', async () => throttle.start());
     scope.addHook('onClose', async () => throttle.stop());
@@ -169,6 +232,13 @@ export async function requireBearerToken(
         return;
       }
       const passed = error === undefined;
+      if (!passed && otherScope) {
+        const token = bearerTokenOf(request.headers.authorization);
+        if (token !== undefined && otherScope.validElsewhere(token)) {
+          done(insufficientScope(otherScope.message));
+          return;
+        }
+      }
       // A valid token from an address that is not throttled is through without any store.
       if (passed && !perToken) {
         done();

@@ -320,12 +320,17 @@ function hasContentCoding(contentEncoding: string | undefined): boolean {
 }
 
 /**
- * Replaces Fastify's body parsers with one for `application/json` (UTF-8 only) that keeps
- * int64 integers exact. Every other media type, and any content coding, is answered with 415.
+ * Replaces Fastify's body parsers in `app`'s scope with one for `mediaTypes` (by default
+ * `application/json`; UTF-8 only) that keeps int64 integers exact. Every other media type, and
+ * any content coding, is answered with 415.
  */
-export function registerJsonBodyParser(app: FastifyInstance, maxDepth: number): void {
+export function registerJsonBodyParser(
+  app: FastifyInstance,
+  maxDepth: number,
+  mediaTypes: readonly string[] = ['application/json'],
+): void {
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+  app.addContentTypeParser([...mediaTypes], { parseAs: 'buffer' }, (request, body, done) => {
     if (hasContentCoding(request.headers['content-encoding'])) {
       done(
         new HttpError(415, 'Content-Encoding must be identity: bodies are read as sent', {

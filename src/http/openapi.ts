@@ -22,12 +22,15 @@ declare module 'fastify' {
      * copies `x-` keys into the operation; they are moved to its media types from there.
      */
     'x-examples'?: OperationExamples;
+    /** The request body may be left out (@fastify/swagger marks every body required). */
+    'x-body-optional'?: boolean;
   }
 }
 
 type MediaTypes = Record<string, { examples?: Record<string, Example> }>;
 interface Operation {
-  requestBody?: { content?: MediaTypes };
+  requestBody?: { required?: boolean; content?: MediaTypes };
+  'x-body-optional'?: boolean;
   responses?: Record<string, { headers?: object; content?: MediaTypes }>;
   'x-examples'?: OperationExamples;
 }
@@ -50,10 +53,17 @@ function documentRequestIdHeader<T extends OpenApiDocument>(document: T): T {
   return document;
 }
 
-/** Puts each example into the JSON media type of the body it illustrates. */
+/**
+ * Puts each example into the JSON media types of the body it illustrates, and marks the request
+ * bodies that may be left out.
+ */
 function placeExamples<T extends OpenApiDocument>(document: T): T {
   for (const [path, operations] of Object.entries(document.paths ?? {})) {
     for (const [method, operation] of Object.entries(operations)) {
+      if (operation['x-body-optional'] && operation.requestBody) {
+        operation.requestBody.required = false;
+      }
+      delete operation['x-body-optional'];
       const examples = operation['x-examples'];
       if (!examples) continue;
       delete operation['x-examples'];
@@ -64,7 +74,9 @@ function placeExamples<T extends OpenApiDocument>(document: T): T {
       ) => {
         const media = content?.['application/json'];
         if (!media) throw new Error(`examples for ${method} ${path} ${of}, which has no JSON body`);
-        media.examples = named;
+        for (const [type, other] of Object.entries(content)) {
+          if (type.endsWith('+json') || type === 'application/json') other.examples = named;
+        }
       };
       if (examples.request) place(operation.requestBody?.content, examples.request, 'request');
       for (const [status, named] of Object.entries(examples.responses ?? {})) {
@@ -114,13 +126,30 @@ export async function registerOpenApi(
         license: { name: 'MIT', identifier: 'MIT' },
       },
       components: {
-        securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } },
+        securitySchemes: {
+          bearerAuth: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'A plant token (API_TOKENS): the plant API',
+          },
+          adminBearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description:
+              'An admin token (ADMIN_TOKENS): the webhook management API only; a plant token there is 403 insufficient_scope',
+          },
+        },
       },
       security: [{ bearerAuth: [] }],
       webhooks,
       tags: [
         { name: 'plants', description: 'The plant store' },
         { name: 'operations', description: 'Probes for orchestrators' },
+        {
+          name: 'webhook endpoints',
+          description:
+            'Subscribers of the newPlant webhook made at run time, each with its own signing key (admin tokens only)',
+        },
       ],
     },
     // Name shared schemas after their $id, so components.schemas holds Plant, NewPlant, Error.

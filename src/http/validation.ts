@@ -2,7 +2,7 @@ import { Kind, type Static, type TSchema, type TUnsafe, Type } from '@sinclair/t
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type ValueError, ValueErrorType } from '@sinclair/typebox/errors';
 import type { FastifySchemaCompiler } from 'fastify';
-import { type TextOptions, textProblem } from '../kinds.js';
+import { checkedProblem, type TextOptions, textProblem } from '../kinds.js';
 import { HttpError } from './errors.js';
 
 /** A `$ref` to a schema registered by its `$id`, typed as that schema. */
@@ -23,7 +23,7 @@ function describe(error: ValueError, part: string): string {
       if (error.schema[Kind] === 'Text') {
         return `${where} ${textProblem(error.schema as unknown as TextOptions, error.value)}`;
       }
-      return `${where} is not valid`;
+      return `${where} ${checkedProblem(error.schema[Kind], error.value) ?? 'is not valid'}`;
     default:
       return `${where} is not valid: ${error.message.toLowerCase()}`;
   }

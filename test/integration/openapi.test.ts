@@ -27,12 +27,30 @@ describe('GET /openapi.json', () => {
     expect(document.info.license).toStrictEqual({ name: 'MIT', identifier: 'MIT' });
   });
 
-  it('applies the bearerAuth scheme to the whole service', () => {
+  it('applies the bearerAuth scheme to the whole service, adminBearer to the management API', () => {
     expect(document.components.securitySchemes).toStrictEqual({
-      bearerAuth: { type: 'http', scheme: 'bearer' },
+      bearerAuth: { type: 'http', scheme: 'bearer', description: expect.any(String) },
+      adminBearer: { type: 'http', scheme: 'bearer', description: expect.any(String) },
     });
     expect(document.security).toStrictEqual([{ bearerAuth: [] }]);
     expect(document.paths['/plants'].post.security).toBeUndefined();
+    const management = Object.entries(document.paths as Record<string, object>).filter(([path]) =>
+      path.startsWith('/webhooks/endpoints'),
+    );
+    expect(management.map(([path]) => path).sort()).toStrictEqual([
+      '/webhooks/endpoints',
+      '/webhooks/endpoints/{id}',
+      '/webhooks/endpoints/{id}/attempts',
+      '/webhooks/endpoints/{id}/recover',
+      '/webhooks/endpoints/{id}/secret',
+      '/webhooks/endpoints/{id}/secret/rotate',
+    ]);
+    for (const [path, operations] of management) {
+      for (const [method, operation] of Object.entries(operations)) {
+        expect(operation.security, `${method} ${path}`).toStrictEqual([{ adminBearer: [] }]);
+        expect(operation.tags, `${method} ${path}`).toStrictEqual(['webhook endpoints']);
+      }
+    }
   });
 
   it('names the schemas Plant, NewPlant and Error', () => {

@@ -1,0 +1,260 @@
+import { type SQL, sql } from 'drizzle-orm';
+import type { Database } from '../db/client.js';
+import { prepareStatement } from '../db/prepared.js';
+import { INT64_MAX } from '../kinds.js';
+import { generateSecret, openSecret, sealSecret } from './secrets.js';
+
+/** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
+export interface EndpointRow {
+  /** The row key, in decimal. */
+  id: string;
+  url: string;
+  description: string;
+  disabled: boolean;
+  disabledReason: string | null;
+  /** RFC 3339, UTC, with milliseconds. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One attempt of the attempt log. */
+export interface AttemptRow {
+  id: string;
+  eventId: string;
+  /** In decimal: the plant's id is an int64, which a number would round. */
+  plantId: string | null;
+  succeeded: boolean;
+  responseStatus: number | null;
+  error: string | null;
+  durationMs: number;
+  attemptedAt: string;
+}
+
+export interface NewEndpoint {
+  url: string;
+  description: string;
+  disabled: boolean;
+  /** The signing key; a new one is made when absent. */
+  secret?: string | undefined;
+}
+
+/** A JSON merge patch: each field given replaces the stored one. */
+export interface EndpointPatch {
+  url?: string | undefined;
+  description?: string | undefined;
+  disabled?: boolean | undefined;
+}
+
+export interface EndpointStoreOptions {
+  /** Secrets are sealed with this AES-256-GCM key when it is set (see secrets.ts). */
+  encryptionKey: Buffer | undefined;
+  /** How long the key before a rotation still signs, in seconds. */
+  rotationGraceS: number;
+}
+
+/** The statements of the management API; each returns undefined for an endpoint that is not. */
+export interface EndpointStore {
+  create(endpoint: NewEndpoint): Promise<EndpointRow>;
+  get(key: bigint): Promise<EndpointRow | undefined>;
+  /** Up to `limit` endpoints whose key is above `after`, in ascending key order. */
+  list(after: bigint, limit: number): Promise<EndpointRow[]>;
+  /**
+   * Applies the patch. Enabling clears `disabledReason` and the failing run; disabling gives up
+   * the endpoint's pending deliveries (failed, "endpoint disabled"), which `recover` can send later.
+   */
+  patch(key: bigint, patch: EndpointPatch): Promise<EndpointRow | undefined>;
+  /** Deletes the endpoint, its deliveries and its attempts; false when there was none. */
+  delete(key: bigint): Promise<boolean>;
+  /** The current signing key, opened (throws SecretUnavailableError when it cannot be). */
+  secret(key: bigint): Promise<string | undefined>;
+  /** The new key (`secret`, or a new one) signs from now on; the old one too, for the grace. */
+  rotate(key: bigint, secret?: string): Promise<boolean>;
+  /**
+   * Up to `limit` attempts older than `before` (a key), newest first; only those that succeeded
+   * or failed when `succeeded` is given. Undefined when there is no such endpoint.
+   */
+  attempts(
+    key: bigint,
+    query: { before: bigint; limit: number; succeeded?: boolean | undefined },
+  ): Promise<AttemptRow[] | undefined>;
+  /**
+   * Makes every delivery of the endpoint that failed at or after `since` due again, as new:
+   * how many; undefined when there is no such endpoint, 'disabled' when it is disabled.
+   */
+  recover(key: bigint, since: string): Promise<number | 'disabled' | undefined>;
+}
+
+const placeholder = (name: string) => sql.placeholder(name);
+
+/** RFC 3339 in UTC with milliseconds, as text. */
+const rfc3339 = (column: SQL) =>
+  sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.url,
+  ${table}.description, ${table}.disabled, ${table}.disabled_reason as "disabledReason",
+  ${rfc3339(sql`${table}.created_at`)} as "createdAt",
+  ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
+
+const endpoints = sql.raw('webhook_endpoints');
+const endpointKey = sql`${placeholder('id')}::bigint`;
+
+/** The statements of the management API over `db`, each prepared once. */
+export function createEndpointStore(db: Database, options: EndpointStoreOptions): EndpointStore {
+  const { encryptionKey } = options;
+  const grace = Math.trunc(options.rotationGraceS);
+
+  const insert = prepareStatement<EndpointRow>(
+    db,
+    'webhook_endpoint_create',
+    sql`insert into webhook_endpoints (url, description, disabled, secret)
+        values (${placeholder('url')}::text, ${placeholder('description')}::text,
+                ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text)
+        returning ${endpointColumns(endpoints)}`,
+  );
+  const select = prepareStatement<EndpointRow>(
+    db,
+    'webhook_endpoint_get',
+    sql`select ${endpointColumns(endpoints)} from webhook_endpoints where id = ${endpointKey}`,
+  );
+  const page = prepareStatement<EndpointRow>(
+    db,
+    'webhook_endpoint_list',
+    sql`select ${endpointColumns(endpoints)} from webhook_endpoints
+         where id > ${placeholder('after')}::bigint
+         order by id limit ${placeholder('limit')}::int`,
+  );
+  // Null leaves a field as it is. Disabling keeps the reason of an endpoint already disabled
+  // (the service's own); an endpoint the client disables has none. Disabling gives up the
+  // pending deliveries in the same statement, so none is attempted after the answer.
+  const update = prepareStatement<EndpointRow>(
+    db,
+    'webhook_endpoint_patch',
+    sql`with changed as (
+          update webhook_endpoints
+             set url = coalesce(${placeholder('url')}::text, url),
+                 description = coalesce(${placeholder('description')}::text, description),
+                 disabled = coalesce(${placeholder('disabled')}::boolean, disabled),
+                 disabled_reason = case when ${placeholder('disabled')}::boolean is false
+                                        then null else disabled_reason end,
+                 failing_since = case when ${placeholder('disabled')}::boolean is false
+                                      then null else failing_since end,
+                 updated_at = now()
+           where id = ${endpointKey}
+          returning *
+        ),
+        given_up as (
+          update webhook_deliveries
+             set failed_at = now(), last_error = 'endpoint disabled'
+           where endpoint_id = (select id from changed where disabled) and failed_at is null
+        )
+        select ${endpointColumns(sql.raw('changed'))} from changed`,
+  );
+  const remove = prepareStatement<{ id: string }>(
+    db,
+    'webhook_endpoint_delete',
+    sql`delete from webhook_endpoints where id = ${endpointKey} returning id::text`,
+  );
+  const selectSecret = prepareStatement<{ secret: string }>(
+    db,
+    'webhook_endpoint_secret',
+    sql`select secret from webhook_endpoints where id = ${endpointKey}`,
+  );
+  const rotation = prepareStatement<{ id: string }>(
+    db,
+    'webhook_endpoint_rotate',
+    sql`update webhook_endpoints
+           set previous_secret = secret,
+               previous_secret_until = clock_timestamp() + ${sql.raw(`interval '${grace} seconds'`)},
+               secret = ${placeholder('secret')}::text,
+               updated_at = now()
+         where id = ${endpointKey}
+        returning id::text`,
+  );
+  // One row with null columns when the endpoint has no such attempt; none when it does not exist.
+  const attemptPage = prepareStatement<AttemptRow>(
+    db,
+    'webhook_endpoint_attempts',
+    sql`select a.id::text as id, a.event_id::text as "eventId", a.plant_id::text as "plantId",
+               a.succeeded, a.response_status as "responseStatus", a.error,
+               a.duration_ms as "durationMs", ${rfc3339(sql`a.attempted_at`)} as "attemptedAt"
+          from webhook_endpoints e
+          left join lateral (
+            select * from webhook_attempts
+             where endpoint_id = e.id and id < ${placeholder('before')}::bigint
+               and (${placeholder('succeeded')}::boolean is null
+                    or succeeded = ${placeholder('succeeded')}::boolean)
+             order by id desc limit ${placeholder('limit')}::int
+          ) a on true
+         where e.id = ${endpointKey}
+         order by a.id desc`,
+  );
+  const recovery = prepareStatement<{ disabled: boolean; recovering: number }>(
+    db,
+    'webhook_endpoint_recover',
+    sql`with endpoint as (
+          select id, disabled from webhook_endpoints where id = ${endpointKey}
+        ),
+        recovered as (
+          update webhook_deliveries d
+             set failed_at = null, attempts = 0, next_attempt_at = now(),
+                 last_status = null, last_error = null
+            from endpoint
+           where d.endpoint_id = endpoint.id and not endpoint.disabled
+             and d.failed_at >= ${placeholder('since')}::timestamptz
+          returning 1
+        )
+        select disabled, (select count(*) from recovered)::int as recovering from endpoint`,
+  );
+
+  const keyOf = (key: bigint) => ({ id: key.toString() });
+
+  return {
+    async create({ url, description, disabled, secret }) {
+      const sealed = sealSecret(secret ?? generateSecret(), encryptionKey);
+      const [row] = await insert.execute({ url, description, disabled, secret: sealed });
+      if (!row) throw new Error('the insert of an endpoint returned no row');
+      return row;
+    },
+    async get(key) {
+      return (await select.execute(keyOf(key)))[0];
+    },
+    list(after, limit) {
+      return page.execute({ after: after.toString(), limit });
+    },
+    async patch(key, { url, description, disabled }) {
+      const values = {
+        ...keyOf(key),
+        url: url ?? null,
+        description: description ?? null,
+        disabled: disabled ?? null,
+      };
+      return (await update.execute(values))[0];
+    },
+    async delete(key) {
+      return (await remove.execute(keyOf(key))).length > 0;
+    },
+    async secret(key) {
+      const [row] = await selectSecret.execute(keyOf(key));
+      return row && openSecret(row.secret, encryptionKey);
+    },
+    async rotate(key, secret) {
+      const sealed = sealSecret(secret ?? generateSecret(), encryptionKey);
+      return (await rotation.execute({ ...keyOf(key), secret: sealed })).length > 0;
+    },
+    async attempts(key, { before, limit, succeeded }) {
+      const rows = await attemptPage.execute({
+        ...keyOf(key),
+        before: (before > INT64_MAX ? INT64_MAX : before).toString(),
+        limit,
+        succeeded: succeeded ?? null,
+      });
+      if (rows.length === 0) return undefined;
+      return rows.filter((row) => row.id !== null);
+    },
+    async recover(key, since) {
+      const [row] = await recovery.execute({ ...keyOf(key), since });
+      if (!row) return undefined;
+      return row.disabled ? 'disabled' : row.recovering;
+    },
+  };
+}

@@ -1,0 +1,218 @@
+import { Type } from '@sinclair/typebox';
+import { errorResponse } from '../http/errors.js';
+import type { Example, OperationExamples } from '../http/openapi.js';
+
+// Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
+// (test/integration/openapi.test.ts checks), in the words the service answers with.
+
+const error = (status: number, message: string, summary: string): Example => ({
+  summary,
+  value: { error: status, message },
+});
+
+const subscriber = {
+  id: 'ep_0000000000000001',
+  url: 'https://receiver.example.com/plants',
+  description: 'Inventory of the greenhouse',
+  disabled: false,
+  createdAt: '2026-11-25T18:30:00.000Z',
+  updatedAt: '2026-11-25T18:30:00.000Z',
+};
+
+const gone = {
+  id: 'ep_0000000000000002',
+  url: 'https://old.example.org/hooks/plants',
+  description: '',
+  disabled: true,
+  disabledReason: 'the receiver answered 410 Gone',
+  createdAt: '2026-11-20T09:00:00.000Z',
+  updatedAt: '2026-11-24T12:00:05.123Z',
+};
+
+export const endpointExamples = {
+  newEndpoint: {
+    minimal: { summary: 'A URL: a new key is made', value: { url: subscriber.url } },
+    full: {
+      summary: 'Every field, with a key of its own',
+      value: {
+        url: subscriber.url,
+        description: subscriber.description,
+        disabled: false,
+        secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+      },
+    },
+  },
+  endpoint: { subscriber: { summary: 'An endpoint', value: subscriber } },
+  page: {
+    two: { summary: 'GET /webhooks/endpoints: two endpoints', value: [subscriber, gone] },
+  },
+  patch: {
+    disable: { summary: 'Disable it', value: { disabled: true } },
+    move: {
+      summary: 'A new URL; the description back to ""',
+      value: { url: 'https://receiver.example.com/v2/plants', description: null },
+    },
+  },
+  patched: {
+    disabled: {
+      summary: 'Disabled through the API: no reason',
+      value: { ...subscriber, disabled: true, updatedAt: '2026-11-25T18:45:00.000Z' },
+    },
+  },
+  secret: {
+    key: { summary: 'The current key', value: { key: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } },
+  },
+  rotation: {
+    newKey: { summary: 'A new random key', value: {} },
+    givenKey: {
+      summary: 'A key of your own',
+      value: { key: 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD' },
+    },
+  },
+  attempts: {
+    page: {
+      summary: 'GET .../attempts: the newest attempt first',
+      value: [
+        {
+          id: 'att_0000000000000003',
+          eventId: 'msg_2b8a1f0c6e9d4c1ab3f57e0d9c4a8b21',
+          plantId: 9007199254740991,
+          status: 'succeeded',
+          responseStatus: 200,
+          durationMs: 42,
+          attemptedAt: '2026-11-25T18:31:05.250Z',
+        },
+        {
+          id: 'att_0000000000000002',
+          eventId: 'msg_2b8a1f0c6e9d4c1ab3f57e0d9c4a8b21',
+          plantId: 9007199254740991,
+          status: 'failed',
+          responseStatus: 503,
+          durationMs: 120,
+          attemptedAt: '2026-11-25T18:31:00.100Z',
+        },
+        {
+          id: 'att_0000000000000001',
+          eventId: 'msg_5f0e3d2c1b0a49887766554433221100',
+          plantId: 1,
+          status: 'failed',
+          error: 'connection refused',
+          durationMs: 3,
+          attemptedAt: '2026-11-25T18:30:59.000Z',
+        },
+      ],
+    },
+  },
+  recover: {
+    lastDay: { summary: 'Since a time', value: { since: '2026-11-24T18:30:00Z' } },
+  },
+  recovering: { some: { summary: 'Three deliveries due again', value: { recovering: 3 } } },
+};
+
+export const DISABLED_MESSAGE =
+  'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
+export const SECRET_UNAVAILABLE_MESSAGE =
+  'the secret of this endpoint cannot be read with the encryption key this service has; rotate it to set a new one';
+
+export const endpointErrorExamples = {
+  invalidBody: {
+    url: error(
+      400,
+      'body/url must be an absolute http or https URL of at most 2048 characters, without user information',
+      'The URL is not http(s), or holds user:password@',
+    ),
+    secret: error(
+      400,
+      'body/secret must be whsec_ followed by the base64 of a key of 24 to 64 bytes',
+      'The key is too short',
+    ),
+  },
+  invalidPatch: {
+    url: error(400, 'body/url must be a string', 'null for url'),
+  },
+  invalidKey: {
+    key: error(
+      400,
+      'body/key must be whsec_ followed by the base64 of a key of 24 to 64 bytes',
+      'The key is not a whsec_ key',
+    ),
+  },
+  invalidSince: {
+    since: error(
+      400,
+      'body/since must be an RFC 3339 date-time, such as 2026-01-01T00:00:00Z',
+      'since is not RFC 3339',
+    ),
+  },
+  invalidPage: {
+    limit: error(
+      400,
+      'querystring/limit must be an integer from 1 to 100, such as 50',
+      'limit is too large',
+    ),
+  },
+  notFound: {
+    endpoint: error(404, 'no webhook endpoint has this id', 'None has this id, or it was deleted'),
+  },
+  disabled: {
+    disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
+  },
+  secretUnavailable: {
+    key: error(500, SECRET_UNAVAILABLE_MESSAGE, 'Sealed under another WEBHOOK_ENCRYPTION_KEY'),
+  },
+  tooLarge: error(413, 'the request body is larger than the limit of 65536 bytes', 'Too large'),
+  notJson: error(415, 'Content-Type must be application/json', 'Not JSON'),
+};
+
+const retryAfter = {
+  'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
+};
+const challenge = {
+  'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
+};
+
+/** The failures every operation of the management API can answer, beside its own. */
+export const commonErrors = {
+  401: errorResponse('The bearer token is missing or not valid', challenge),
+  403: errorResponse(
+    'The token is valid, but a plant token: this API needs an admin token (insufficient_scope)',
+    challenge,
+  ),
+  408: errorResponse('The request did not arrive within the time limit'),
+  429: errorResponse('Too many failed authentications from this address', retryAfter),
+  431: errorResponse('The request headers are too large'),
+  500: errorResponse('An unexpected fault'),
+  503: errorResponse('The database is unavailable or timed out, or the service is starting', {
+    ...retryAfter,
+  }),
+};
+
+export const commonErrorExamples: OperationExamples['responses'] = {
+  401: {
+    missing: error(401, 'a bearer token is required', 'No Authorization header'),
+    invalid: error(401, 'the bearer token is not valid', 'A token that is not configured'),
+  },
+  403: {
+    plantToken: error(
+      403,
+      'this token is for the plant API; the webhook management API needs an admin token',
+      'A plant token',
+    ),
+  },
+  408: { timeout: error(408, 'request timeout', 'The request was too slow to arrive') },
+  429: {
+    tooMany: error(
+      429,
+      'too many failed authentication attempts from this address; retry later',
+      'Too many failures from this address',
+    ),
+  },
+  431: {
+    headers: error(431, 'request header fields too large', 'Headers over the limit'),
+  },
+  500: { fault: error(500, 'an unexpected error occurred; it has been logged', 'A fault') },
+  503: {
+    unavailable: error(503, 'the database is unavailable; retry later', 'The database is down'),
+    starting: error(503, 'the service is starting; retry shortly', 'Not open yet'),
+  },
+};

@@ -1,0 +1,83 @@
+import type { FastifyRequest } from 'fastify';
+import { HttpError } from '../http/errors.js';
+import { parseLimit, queryStringOf, readQueryParameters } from '../http/query.js';
+import { INT64_MAX } from '../kinds.js';
+import { attemptKeyOf, endpointKeyOf } from './ids.js';
+import {
+  ATTEMPT_PAGE_LIMIT_DEFAULT,
+  ATTEMPT_PAGE_LIMIT_MAX,
+  ENDPOINT_PAGE_LIMIT_DEFAULT,
+  ENDPOINT_PAGE_LIMIT_MAX,
+} from './schemas.js';
+
+/** The path and query parameters of the management API, read and checked. */
+
+export const notFound = () => new HttpError(404, 'no webhook endpoint has this id');
+
+/** The row key an `ep_` id names; undefined for anything else, which names no endpoint. */
+export function endpointKey(id: string): bigint | undefined {
+  const key = endpointKeyOf(id);
+  return key !== undefined && key >= 1n && key <= INT64_MAX ? key : undefined;
+}
+
+/** A path id that is not an endpoint's names none: 404, as for one that was deleted. */
+export async function readEndpointId(request: FastifyRequest): Promise<void> {
+  const { id } = request.params as { id: string };
+  if (endpointKey(id) === undefined) throw notFound();
+}
+
+export const keyOfRequest = (request: { params: { id: string } }) =>
+  endpointKey(request.params.id) ?? 0n;
+
+/** An absent body is an empty object: `POST .../rotate` needs none. */
+export async function bodyOrEmpty(request: FastifyRequest): Promise<void> {
+  request.body ??= {};
+}
+
+export function readEndpointPage(request: FastifyRequest): void {
+  const { limit, after } = readQueryParameters(queryStringOf(request.url), ['limit', 'after']);
+  if (after !== undefined && endpointKey(after) === undefined) {
+    throw new HttpError(
+      400,
+      'querystring/after must be an endpoint id, such as ep_0000000000000001',
+    );
+  }
+  request.query = {
+    ...(limit !== undefined && {
+      limit: parseLimit(
+        limit,
+        ENDPOINT_PAGE_LIMIT_MAX,
+        ENDPOINT_PAGE_LIMIT_DEFAULT,
+        'querystring/limit',
+      ),
+    }),
+    ...(after !== undefined && { after }),
+  };
+}
+
+export function readAttemptPage(request: FastifyRequest): void {
+  const query = queryStringOf(request.url);
+  const { limit, after, status } = readQueryParameters(query, ['limit', 'after', 'status']);
+  const afterKey = after === undefined ? undefined : attemptKeyOf(after);
+  if (after !== undefined && (afterKey === undefined || afterKey > INT64_MAX)) {
+    throw new HttpError(
+      400,
+      'querystring/after must be an attempt id, such as att_0000000000000001',
+    );
+  }
+  if (status !== undefined && status !== 'succeeded' && status !== 'failed') {
+    throw new HttpError(400, 'querystring/status must be succeeded or failed');
+  }
+  request.query = {
+    ...(limit !== undefined && {
+      limit: parseLimit(
+        limit,
+        ATTEMPT_PAGE_LIMIT_MAX,
+        ATTEMPT_PAGE_LIMIT_DEFAULT,
+        'querystring/limit',
+      ),
+    }),
+    ...(after !== undefined && { after }),
+    ...(status !== undefined && { status }),
+  };
+}

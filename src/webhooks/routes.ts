@@ -1,0 +1,222 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { type AuthLimits, requireBearerToken } from '../http/auth.js';
+import { answerWithin } from '../http/deadline.js';
+import { HttpError } from '../http/errors.js';
+import { registerJsonBodyParser } from '../http/json.js';
+import { refuseOtherMethods } from '../http/methods.js';
+import { INT64_MAX } from '../kinds.js';
+import type { EndpointStore } from './endpoints.js';
+import { DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
+import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
+import { operations } from './operations.js';
+import {
+  bodyOrEmpty,
+  endpointKey,
+  keyOfRequest,
+  notFound,
+  readAttemptPage,
+  readEndpointId,
+  readEndpointPage,
+} from './parameters.js';
+import { ATTEMPT_PAGE_LIMIT_DEFAULT, ENDPOINT_PAGE_LIMIT_DEFAULT } from './schemas.js';
+import { SecretUnavailableError } from './secrets.js';
+import { attemptsJson, endpointOf } from './serialize.js';
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const BASE = '/webhooks/endpoints';
+
+export interface EndpointRoutesOptions {
+  /** The statements; throws (503) while the service is still opening its database. */
+  endpoints: () => EndpointStore;
+  /** A request the database has not answered this long after it asked gets a 503. */
+  answerWithinMs: number;
+  /** Admin tokens: the only ones these routes accept. */
+  verifyToken: (token: string) => boolean;
+  limits: AuthLimits;
+  /** The nesting depth a JSON body may have. */
+  jsonMaxDepth: number;
+  /** Called once a change of an endpoint (or of what it is due) is committed and answered. */
+  onEndpointsChanged?: (() => void) | undefined;
+}
+
+export async function endpointRoutes(
+  app: FastifyInstance,
+  options: EndpointRoutesOptions,
+): Promise<void> {
+  const { endpoints, verifyToken, limits } = options;
+  const changed = options.onEndpointsChanged ?? (() => {});
+  await requireBearerToken(app, verifyToken, limits);
+  const answered = answerWithin(options.answerWithinMs);
+  const api = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  api.post(
+    BASE,
+    {
+      schema: operations.createWebhookEndpoint,
+    },
+    async (request, reply) => {
+      const { url, description = '', disabled = false, secret } = request.body;
+      const row = await answered(endpoints().create({ url, description, disabled, secret }));
+      changed();
+      const endpoint = endpointOf(row);
+      return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
+    },
+  );
+
+  api.get(
+    BASE,
+    {
+      schema: operations.listWebhookEndpoints,
+      preValidation: async (request) => readEndpointPage(request),
+    },
+    async (request, reply) => {
+      const { limit = ENDPOINT_PAGE_LIMIT_DEFAULT, after } = request.query;
+      const rows = await answered(endpoints().list(after ? (endpointKey(after) ?? 0n) : 0n, limit));
+      const last = rows.at(-1);
+      if (last && rows.length === limit) {
+        reply.header('link', `<${BASE}?limit=${limit}&after=${endpointIdOf(last.id)}>; rel="next"`);
+      }
+      return rows.map(endpointOf);
+    },
+  );
+
+  api.get(
+    `${BASE}/:id`,
+    {
+      schema: operations.getWebhookEndpoint,
+      preValidation: readEndpointId,
+    },
+    async (request) => {
+      const row = await answered(endpoints().get(keyOfRequest(request)));
+      if (!row) throw notFound();
+      return endpointOf(row);
+    },
+  );
+
+  // A merge patch comes as application/merge-patch+json (RFC 7396) or as plain JSON.
+  await app.register(async (scope) => {
+    registerJsonBodyParser(scope, options.jsonMaxDepth, [
+      'application/json',
+      'application/merge-patch+json',
+    ]);
+    scope.withTypeProvider<TypeBoxTypeProvider>().patch(
+      `${BASE}/:id`,
+      {
+        schema: operations.updateWebhookEndpoint,
+        preValidation: readEndpointId,
+      },
+      async (request) => {
+        const { url, description, disabled } = request.body;
+        const patch = { url, description: description === null ? '' : description, disabled };
+        const row = await answered(endpoints().patch(keyOfRequest(request), patch));
+        if (!row) throw notFound();
+        changed();
+        return endpointOf(row);
+      },
+    );
+  });
+
+  // A DELETE body means nothing (RFC 9110): whatever is sent, up to the body limit, is ignored.
+  await app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null));
+    scope.withTypeProvider<TypeBoxTypeProvider>().delete(
+      `${BASE}/:id`,
+      {
+        schema: operations.deleteWebhookEndpoint,
+        preValidation: readEndpointId,
+      },
+      async (request, reply) => {
+        if (!(await answered(endpoints().delete(keyOfRequest(request))))) throw notFound();
+        changed();
+        return reply.code(204).send(null);
+      },
+    );
+  });
+
+  api.get(
+    `${BASE}/:id/secret`,
+    {
+      schema: operations.getWebhookEndpointSecret,
+      preValidation: readEndpointId,
+    },
+    async (request, reply) => {
+      let key: string | undefined;
+      try {
+        key = await answered(endpoints().secret(keyOfRequest(request)));
+      } catch (error) {
+        if (!(error instanceof SecretUnavailableError)) throw error;
+        throw new HttpError(500, SECRET_UNAVAILABLE_MESSAGE, {}, { cause: error });
+      }
+      if (key === undefined) throw notFound();
+      reply.header('cache-control', 'no-store');
+      return { key };
+    },
+  );
+
+  api.post(
+    `${BASE}/:id/secret/rotate`,
+    {
+      schema: operations.rotateWebhookEndpointSecret,
+      preValidation: [readEndpointId, bodyOrEmpty],
+    },
+    async (request, reply) => {
+      const rotated = await answered(endpoints().rotate(keyOfRequest(request), request.body.key));
+      if (!rotated) throw notFound();
+      changed();
+      return reply.code(204).send(null);
+    },
+  );
+
+  api.get(
+    `${BASE}/:id/attempts`,
+    {
+      schema: operations.listWebhookEndpointAttempts,
+      preValidation: [readEndpointId, async (request) => readAttemptPage(request)],
+    },
+    async (request, reply) => {
+      const { limit = ATTEMPT_PAGE_LIMIT_DEFAULT, after, status } = request.query;
+      const rows = await answered(
+        endpoints().attempts(keyOfRequest(request), {
+          before: after === undefined ? INT64_MAX : (attemptKeyOf(after) ?? INT64_MAX),
+          limit,
+          succeeded: status === undefined ? undefined : status === 'succeeded',
+        }),
+      );
+      if (rows === undefined) throw notFound();
+      const last = rows.at(-1);
+      if (last && rows.length === limit) {
+        const filter = status === undefined ? '' : `&status=${status}`;
+        const next = `${BASE}/${request.params.id}/attempts?limit=${limit}&after=${attemptIdOf(last.id)}`;
+        reply.header('link', `<${next}${filter}>; rel="next"`);
+      }
+      return reply.type(JSON_TYPE).send(attemptsJson(rows));
+    },
+  );
+
+  api.post(
+    `${BASE}/:id/recover`,
+    {
+      schema: operations.recoverWebhookEndpoint,
+      preValidation: readEndpointId,
+    },
+    async (request, reply) => {
+      const { since } = request.body;
+      const recovered = await answered(
+        endpoints().recover(keyOfRequest(request), since.toUpperCase()),
+      );
+      if (recovered === undefined) throw notFound();
+      if (recovered === 'disabled') throw new HttpError(409, DISABLED_MESSAGE);
+      changed();
+      return reply.code(202).send({ recovering: recovered });
+    },
+  );
+
+  refuseOtherMethods(app, BASE, ['GET', 'HEAD', 'POST']);
+  refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
+  refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
+  refuseOtherMethods(app, `${BASE}/:id/secret/rotate`, ['POST']);
+  refuseOtherMethods(app, `${BASE}/:id/attempts`, ['GET', 'HEAD']);
+  refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
+}

@@ -1,0 +1,279 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { Checked, Text, type TextOptions, textProblem } from '../kinds.js';
+import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.js';
+
+export const URL_MAX_LENGTH = 2048;
+export const DESCRIPTION_MAX_LENGTH = 1024;
+export const ENDPOINT_PAGE_LIMIT_MAX = 100;
+export const ENDPOINT_PAGE_LIMIT_DEFAULT = 50;
+export const ATTEMPT_PAGE_LIMIT_MAX = 100;
+export const ATTEMPT_PAGE_LIMIT_DEFAULT = 50;
+
+const URL_PROBLEM = `must be an absolute http or https URL of at most ${URL_MAX_LENGTH} characters, without user information`;
+
+/** What is wrong with `value` as an endpoint's URL; undefined when nothing is. */
+export function urlProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string') return 'must be a string';
+  // Spaces and control characters (anything outside ! to ~ below U+0080) would be dropped or
+  // encoded by a parser: refused, not guessed.
+  if (value.length > URL_MAX_LENGTH || /[^!-~\u0080-\uffff]/.test(value)) return URL_PROBLEM;
+  const url = URL.canParse(value) ? new URL(value) : undefined;
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
+    return URL_PROBLEM;
+  }
+  if (url.username !== '' || url.password !== '') return URL_PROBLEM;
+  return undefined;
+}
+
+const secretProblem = (value: unknown) => {
+  if (typeof value !== 'string') return 'must be a string';
+  return isEndpointSecret(value)
+    ? undefined
+    : `must be whsec_ followed by the base64 of a key of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes`;
+};
+
+const description: TextOptions = { minLength: 0, maxLength: DESCRIPTION_MAX_LENGTH };
+
+const HttpUrl = (text: string) =>
+  Checked<string>('HttpUrl', urlProblem, {
+    type: 'string',
+    format: 'uri',
+    maxLength: URL_MAX_LENGTH,
+    description: text,
+  });
+
+const SigningKey = (text: string) =>
+  Checked<string>('SigningKey', secretProblem, {
+    type: 'string',
+    pattern: '^whsec_[A-Za-z0-9+/]+={0,2}$',
+    description: text,
+  });
+
+const ENDPOINT_ID_PATTERN = '^ep_[0-9a-f]{16}$';
+const dateTime = (text: string) => Type.String({ format: 'date-time', description: text });
+
+export const EndpointSchema = Type.Object(
+  {
+    id: Type.String({
+      pattern: ENDPOINT_ID_PATTERN,
+      description: 'Chosen by the service; opaque',
+    }),
+    url: Type.String({ format: 'uri', description: 'Where events are POSTed' }),
+    description: Type.String({ description: 'Free text for the people who manage it' }),
+    disabled: Type.Boolean({ description: 'A disabled endpoint is sent nothing' }),
+    disabledReason: Type.Optional(
+      Type.String({
+        description:
+          'Why the service disabled it (a 410 from the receiver, or failing too long); absent when it is enabled or was disabled through the API',
+      }),
+    ),
+    createdAt: dateTime('When it was created (RFC 3339, UTC)'),
+    updatedAt: dateTime('When it was last changed (RFC 3339, UTC)'),
+  },
+  {
+    $id: 'Endpoint',
+    description: 'A subscriber of the newPlant webhook made through the API; never its secret',
+  },
+);
+export type Endpoint = Static<typeof EndpointSchema>;
+
+export const NewEndpointSchema = Type.Object(
+  {
+    url: HttpUrl(
+      `Where events are POSTed: absolute http or https, at most ${URL_MAX_LENGTH} characters, no user information`,
+    ),
+    description: Type.Optional(
+      Text({ ...description, description: `At most ${DESCRIPTION_MAX_LENGTH} characters; ""` }),
+    ),
+    disabled: Type.Optional(Type.Boolean({ description: 'Create it disabled; false' })),
+    secret: Type.Optional(
+      SigningKey(
+        `Its signing key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
+      ),
+    ),
+  },
+  { $id: 'NewEndpoint', description: 'An endpoint to create. Unknown properties are ignored' },
+);
+export type NewEndpoint = Static<typeof NewEndpointSchema>;
+
+export const EndpointPatchSchema = Type.Object(
+  {
+    url: Type.Optional(HttpUrl('The new URL')),
+    description: Type.Optional(
+      Checked<string | null>(
+        'DescriptionOrNull',
+        (value) => (value === null ? undefined : textProblem(description, value)),
+        {
+          type: ['string', 'null'],
+          maxLength: DESCRIPTION_MAX_LENGTH,
+          description: 'The new description; null makes it ""',
+        },
+      ),
+    ),
+    disabled: Type.Optional(
+      Type.Boolean({
+        description: 'true: it is sent nothing (its pending deliveries fail); false: enabled again',
+      }),
+    ),
+  },
+  {
+    $id: 'EndpointPatch',
+    description:
+      'A JSON merge patch (RFC 7396): the fields given replace the stored ones, the others stay. Unknown properties are ignored',
+  },
+);
+export type EndpointPatch = Static<typeof EndpointPatchSchema>;
+
+export const SigningKeySchema = Type.Object(
+  { key: SigningKey('The signing key: `whsec_` and the base64 of its bytes') },
+  { $id: 'SigningKey', description: 'An endpoint signing key' },
+);
+
+export const RotationSchema = Type.Object(
+  {
+    key: Type.Optional(
+      SigningKey(
+        `The new key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
+      ),
+    ),
+  },
+  { description: 'The key that signs from now on' },
+);
+
+const rfc3339 =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|[+-](\d{2}):(\d{2}))$/i;
+
+/** True for an RFC 3339 date-time (§5.6) that names a real instant. */
+export function isRfc3339(text: string): boolean {
+  const match = rfc3339.exec(text);
+  if (!match) return false;
+  const [year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0] = match
+    .slice(1, 7)
+    .map(Number);
+  const [offsetHour = 0, offsetMinute = 0] = match.slice(9, 11).map((part) => Number(part ?? 0));
+  // setUTCFullYear, not Date.UTC, which reads years below 100 as 19xx.
+  const lastDay = new Date(0);
+  lastDay.setUTCFullYear(year, month, 0);
+  const daysInMonth = lastDay.getUTCDate();
+  return (
+    year >= 1 &&
+    month >= 1 &&
+    month <= 12 &&
+    day >= 1 &&
+    day <= daysInMonth &&
+    hour <= 23 &&
+    minute <= 59 &&
+    second <= 60 &&
+    offsetHour <= 23 &&
+    offsetMinute <= 59
+  );
+}
+
+export const RecoverSchema = Type.Object(
+  {
+    since: Checked<string>(
+      'DateTime',
+      (value) =>
+        typeof value === 'string' && isRfc3339(value)
+          ? undefined
+          : 'must be an RFC 3339 date-time, such as 2026-01-01T00:00:00Z',
+      {
+        type: 'string',
+        format: 'date-time',
+        description: 'RFC 3339: deliveries that ended failed at or after this time are sent again',
+      },
+    ),
+  },
+  { description: 'Which failed deliveries to send again' },
+);
+
+export const RecoveringSchema = Type.Object(
+  {
+    recovering: Type.Integer({
+      format: 'int32',
+      description: 'How many failed deliveries are due again',
+    }),
+  },
+  { description: 'The deliveries sent again, in the background' },
+);
+
+export const AttemptSchema = Type.Object(
+  {
+    id: Type.String({ pattern: '^att_[0-9a-f]{16}$', description: 'Chosen by the service' }),
+    eventId: Type.String({
+      pattern: '^msg_[0-9a-f]{32}$',
+      description: 'The event: its `webhook-id`, the same on every attempt',
+    }),
+    plantId: Type.Integer({
+      format: 'int64',
+      description: 'The plant the event is about, written with all its digits',
+    }),
+    status: Type.Union([Type.Literal('succeeded'), Type.Literal('failed')]),
+    responseStatus: Type.Optional(
+      Type.Integer({
+        format: 'int32',
+        description: "The receiver's status; absent when there was no answer",
+      }),
+    ),
+    error: Type.Optional(
+      Type.String({ description: 'Why it failed, when the status does not say it all' }),
+    ),
+    durationMs: Type.Integer({ format: 'int32', description: 'How long it took' }),
+    attemptedAt: dateTime('When it started (RFC 3339, UTC)'),
+  },
+  { $id: 'Attempt', description: 'One delivery attempt to an endpoint' },
+);
+
+export const EndpointIdParamsSchema = Type.Object({
+  id: Type.String({ pattern: ENDPOINT_ID_PATTERN, description: 'The endpoint' }),
+});
+
+export const EndpointPageQuerySchema = Type.Object({
+  limit: Type.Optional(
+    Type.Integer({
+      format: 'int32',
+      minimum: 1,
+      maximum: ENDPOINT_PAGE_LIMIT_MAX,
+      default: ENDPOINT_PAGE_LIMIT_DEFAULT,
+      description: 'The maximum number of endpoints to return',
+    }),
+  ),
+  after: Type.Optional(
+    Type.String({
+      pattern: ENDPOINT_ID_PATTERN,
+      description: 'Return only endpoints after this one (keyset paging)',
+    }),
+  ),
+});
+
+export const AttemptPageQuerySchema = Type.Object({
+  limit: Type.Optional(
+    Type.Integer({
+      format: 'int32',
+      minimum: 1,
+      maximum: ATTEMPT_PAGE_LIMIT_MAX,
+      default: ATTEMPT_PAGE_LIMIT_DEFAULT,
+      description: 'The maximum number of attempts to return',
+    }),
+  ),
+  after: Type.Optional(
+    Type.String({
+      pattern: '^att_[0-9a-f]{16}$',
+      description: 'Return only attempts older than this one (keyset paging, newest first)',
+    }),
+  ),
+  status: Type.Optional(
+    Type.Union([Type.Literal('succeeded'), Type.Literal('failed')], {
+      description: 'Return only the attempts that succeeded, or only those that failed',
+    }),
+  ),
+});
+
+/** The shared schemas of the management API, registered by their $id. */
+export const endpointSchemas = [
+  EndpointSchema,
+  NewEndpointSchema,
+  EndpointPatchSchema,
+  SigningKeySchema,
+  AttemptSchema,
+];

@@ -1,0 +1,35 @@
+import type { AttemptRow, EndpointRow } from './endpoints.js';
+import { attemptIdOf, endpointIdOf } from './ids.js';
+import type { Endpoint } from './schemas.js';
+import { webhookId } from './signature.js';
+
+/** An endpoint as the API shows it: its public id, `disabledReason` only when there is one. */
+export function endpointOf(row: EndpointRow): Endpoint {
+  return {
+    id: endpointIdOf(row.id),
+    url: row.url,
+    description: row.description,
+    disabled: row.disabled,
+    ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+/**
+ * A page of the attempt log as JSON text. The plant id is written as its decimal digits, a JSON
+ * integer that a number would round; the optional members are left out when there are none.
+ */
+export function attemptsJson(rows: readonly AttemptRow[]): string {
+  const items = rows.map((row) => {
+    const plant = row.plantId === null ? '' : `,"plantId":${row.plantId}`;
+    const status = row.responseStatus === null ? '' : `,"responseStatus":${row.responseStatus}`;
+    const error = row.error === null ? '' : `,"error":${JSON.stringify(row.error)}`;
+    return (
+      `{"id":"${attemptIdOf(row.id)}","eventId":"${webhookId(row.eventId)}"${plant}` +
+      `,"status":"${row.succeeded ? 'succeeded' : 'failed'}"${status}${error}` +
+      `,"durationMs":${row.durationMs},"attemptedAt":"${row.attemptedAt}"}`
+    );
+  });
+  return `[${items.join(',')}]`;
+}
