@@ -197,6 +197,19 @@ export const RecoveringSchema = Type.Object(
   { description: 'The deliveries sent again, in the background' },
 );
 
+const ATTEMPT_STATUSES = ['succeeded', 'failed'];
+
+/** `succeeded` or `failed`: an enum of strings, which every client generator reads. */
+const AttemptStatus = (text: string) =>
+  Checked<'succeeded' | 'failed'>(
+    'AttemptStatus',
+    (value) =>
+      typeof value === 'string' && ATTEMPT_STATUSES.includes(value)
+        ? undefined
+        : 'must be succeeded or failed',
+    { type: 'string', enum: ATTEMPT_STATUSES, description: text },
+  );
+
 export const AttemptSchema = Type.Object(
   {
     id: Type.String({ pattern: '^att_[0-9a-f]{16}$', description: 'Chosen by the service' }),
@@ -208,7 +221,7 @@ export const AttemptSchema = Type.Object(
       format: 'int64',
       description: 'The plant the event is about, written with all its digits',
     }),
-    status: Type.Union([Type.Literal('succeeded'), Type.Literal('failed')]),
+    status: AttemptStatus('Whether the receiver answered 2xx in time'),
     responseStatus: Type.Optional(
       Type.Integer({
         format: 'int32',
@@ -263,9 +276,7 @@ export const AttemptPageQuerySchema = Type.Object({
     }),
   ),
   status: Type.Optional(
-    Type.Union([Type.Literal('succeeded'), Type.Literal('failed')], {
-      description: 'Return only the attempts that succeeded, or only those that failed',
-    }),
+    AttemptStatus('Return only the attempts that succeeded, or only those that failed'),
   ),
 });
 

@@ -2,8 +2,8 @@
 
 import { client } from './client.gen.js';
 import type { Client, ClientMeta, Options as Options2, RequestResult, TDataShape } from './client/index.js';
-import { getPlantResponseTransformer, listPlantsResponseTransformer } from './transformers.gen.js';
-import type { AddPlantData, AddPlantErrors, AddPlantResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses } from './types.gen.js';
+import { getPlantResponseTransformer, listPlantsResponseTransformer, listWebhookEndpointAttemptsResponseTransformer } from './transformers.gen.js';
+import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
 
 export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends boolean = boolean, TResponse = unknown> = Options2<TData, ThrowOnError, TResponse> & {
     /**
@@ -36,7 +36,11 @@ export const getReadyz = <ThrowOnError extends boolean = false>(options?: Option
  */
 export const listPlants = <ThrowOnError extends boolean = false>(options?: Options<ListPlantsData, ThrowOnError>): RequestResult<ListPlantsResponses, ListPlantsErrors, ThrowOnError> => (options?.client ?? client).get<ListPlantsResponses, ListPlantsErrors, ThrowOnError>({
     responseTransformer: listPlantsResponseTransformer,
-    security: [{ scheme: 'bearer', type: 'http' }],
+    security: [{
+            key: 'bearerAuth',
+            scheme: 'bearer',
+            type: 'http'
+        }],
     url: '/plants',
     ...options
 });
@@ -47,7 +51,11 @@ export const listPlants = <ThrowOnError extends boolean = false>(options?: Optio
  * Creates a plant in the store. The id is chosen by the client, so a retry is safe: the same id with the same name and tag answers 200 again; another name or tag answers 409.
  */
 export const addPlant = <ThrowOnError extends boolean = false>(options: Options<AddPlantData, ThrowOnError>): RequestResult<AddPlantResponses, AddPlantErrors, ThrowOnError> => (options.client ?? client).post<AddPlantResponses, AddPlantErrors, ThrowOnError>({
-    security: [{ scheme: 'bearer', type: 'http' }],
+    security: [{
+            key: 'bearerAuth',
+            scheme: 'bearer',
+            type: 'http'
+        }],
     url: '/plants',
     ...options,
     headers: {
@@ -62,7 +70,11 @@ export const addPlant = <ThrowOnError extends boolean = false>(options: Options<
  * Deletes a single plant based on the ID supplied. Afterwards the id is free: a POST with it creates a new plant.
  */
 export const deletePlant = <ThrowOnError extends boolean = false>(options: Options<DeletePlantData, ThrowOnError>): RequestResult<DeletePlantResponses, DeletePlantErrors, ThrowOnError> => (options.client ?? client).delete<DeletePlantResponses, DeletePlantErrors, ThrowOnError>({
-    security: [{ scheme: 'bearer', type: 'http' }],
+    security: [{
+            key: 'bearerAuth',
+            scheme: 'bearer',
+            type: 'http'
+        }],
     url: '/plants/{id}',
     ...options
 });
@@ -74,7 +86,161 @@ export const deletePlant = <ThrowOnError extends boolean = false>(options: Optio
  */
 export const getPlant = <ThrowOnError extends boolean = false>(options: Options<GetPlantData, ThrowOnError>): RequestResult<GetPlantResponses, GetPlantErrors, ThrowOnError> => (options.client ?? client).get<GetPlantResponses, GetPlantErrors, ThrowOnError>({
     responseTransformer: getPlantResponseTransformer,
-    security: [{ scheme: 'bearer', type: 'http' }],
+    security: [{
+            key: 'bearerAuth',
+            scheme: 'bearer',
+            type: 'http'
+        }],
     url: '/plants/{id}',
     ...options
+});
+
+/**
+ * List endpoints, a page at a time
+ *
+ * Endpoints in ascending id order, at most `limit`. When the page is full, `Link` gives the next one (`after` = the last id of this one).
+ */
+export const listWebhookEndpoints = <ThrowOnError extends boolean = false>(options?: Options<ListWebhookEndpointsData, ThrowOnError>): RequestResult<ListWebhookEndpointsResponses, ListWebhookEndpointsErrors, ThrowOnError> => (options?.client ?? client).get<ListWebhookEndpointsResponses, ListWebhookEndpointsErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints',
+    ...options
+});
+
+/**
+ * Subscribe an endpoint to the newPlant webhook
+ *
+ * Every plant committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.
+ */
+export const createWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<CreateWebhookEndpointData, ThrowOnError>): RequestResult<CreateWebhookEndpointResponses, CreateWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).post<CreateWebhookEndpointResponses, CreateWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints',
+    ...options,
+    headers: {
+        'Content-Type': 'application/json',
+        ...options.headers
+    }
+});
+
+/**
+ * Delete an endpoint
+ *
+ * It receives nothing more: no new attempt starts after the answer, its pending deliveries and its attempt log go.
+ */
+export const deleteWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<DeleteWebhookEndpointData, ThrowOnError>): RequestResult<DeleteWebhookEndpointResponses, DeleteWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).delete<DeleteWebhookEndpointResponses, DeleteWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}',
+    ...options
+});
+
+/**
+ * Read one endpoint
+ */
+export const getWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<GetWebhookEndpointData, ThrowOnError>): RequestResult<GetWebhookEndpointResponses, GetWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).get<GetWebhookEndpointResponses, GetWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}',
+    ...options
+});
+
+/**
+ * Change an endpoint (JSON merge patch)
+ *
+ * The fields given replace the stored ones. `disabled: true` stops its deliveries (the pending ones are recorded as failed, "endpoint disabled", for `recover`); `disabled: false` enables it again and clears `disabledReason`. After the answer, new attempts use the new `url` and `disabled`.
+ */
+export const updateWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<UpdateWebhookEndpointData, ThrowOnError>): RequestResult<UpdateWebhookEndpointResponses, UpdateWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).patch<UpdateWebhookEndpointResponses, UpdateWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}',
+    ...options,
+    headers: {
+        'Content-Type': 'application/merge-patch+json',
+        ...options.headers
+    }
+});
+
+/**
+ * Read the signing key of an endpoint
+ *
+ * The key that signs its deliveries now (`webhook-signature`), for the receiver’s verification.
+ */
+export const getWebhookEndpointSecret = <ThrowOnError extends boolean = false>(options: Options<GetWebhookEndpointSecretData, ThrowOnError>): RequestResult<GetWebhookEndpointSecretResponses, GetWebhookEndpointSecretErrors, ThrowOnError> => (options.client ?? client).get<GetWebhookEndpointSecretResponses, GetWebhookEndpointSecretErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/secret',
+    ...options
+});
+
+/**
+ * Rotate the signing key of an endpoint
+ *
+ * The new key (`key`, or a new random one) signs from the answer on. For `WEBHOOK_ROTATION_GRACE_S` after it, every delivery carries two signatures, new then old, so the receiver can switch keys at its pace. The body may be left out.
+ */
+export const rotateWebhookEndpointSecret = <ThrowOnError extends boolean = false>(options: Options<RotateWebhookEndpointSecretData, ThrowOnError>): RequestResult<RotateWebhookEndpointSecretResponses, RotateWebhookEndpointSecretErrors, ThrowOnError> => (options.client ?? client).post<RotateWebhookEndpointSecretResponses, RotateWebhookEndpointSecretErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/secret/rotate',
+    ...options,
+    headers: {
+        'Content-Type': 'application/json',
+        ...options.headers
+    }
+});
+
+/**
+ * List the delivery attempts of an endpoint, newest first
+ *
+ * At most `limit` attempts, newest first, kept for `WEBHOOK_LOG_RETENTION_S`. When the page is full, `Link` gives the next (older) one.
+ */
+export const listWebhookEndpointAttempts = <ThrowOnError extends boolean = false>(options: Options<ListWebhookEndpointAttemptsData, ThrowOnError>): RequestResult<ListWebhookEndpointAttemptsResponses, ListWebhookEndpointAttemptsErrors, ThrowOnError> => (options.client ?? client).get<ListWebhookEndpointAttemptsResponses, ListWebhookEndpointAttemptsErrors, ThrowOnError>({
+    responseTransformer: listWebhookEndpointAttemptsResponseTransformer,
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/attempts',
+    ...options
+});
+
+/**
+ * Send failed deliveries again
+ *
+ * Every event of this endpoint whose delivery ended failed at or after `since` is delivered again, with the same `webhook-id`, in the background.
+ */
+export const recoverWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<RecoverWebhookEndpointData, ThrowOnError>): RequestResult<RecoverWebhookEndpointResponses, RecoverWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).post<RecoverWebhookEndpointResponses, RecoverWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/recover',
+    ...options,
+    headers: {
+        'Content-Type': 'application/json',
+        ...options.headers
+    }
 });

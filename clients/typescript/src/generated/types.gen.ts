@@ -70,6 +70,128 @@ export type Error = {
     message: string;
 };
 
+/**
+ * A subscriber of the newPlant webhook made through the API; never its secret
+ */
+export type Endpoint = {
+    /**
+     * Chosen by the service; opaque
+     */
+    id: string;
+    /**
+     * Where events are POSTed
+     */
+    url: string;
+    /**
+     * Free text for the people who manage it
+     */
+    description: string;
+    /**
+     * A disabled endpoint is sent nothing
+     */
+    disabled: boolean;
+    /**
+     * Why the service disabled it (a 410 from the receiver, or failing too long); absent when it is enabled or was disabled through the API
+     */
+    disabledReason?: string;
+    /**
+     * When it was created (RFC 3339, UTC)
+     */
+    createdAt: string;
+    /**
+     * When it was last changed (RFC 3339, UTC)
+     */
+    updatedAt: string;
+};
+
+/**
+ * An endpoint to create. Unknown properties are ignored
+ */
+export type NewEndpoint = {
+    /**
+     * Where events are POSTed: absolute http or https, at most 2048 characters, no user information
+     */
+    url: string;
+    /**
+     * At most 1024 characters; ""
+     */
+    description?: string;
+    /**
+     * Create it disabled; false
+     */
+    disabled?: boolean;
+    /**
+     * Its signing key, `whsec_` and the base64 of 24 to 64 bytes; a new random one when absent
+     */
+    secret?: string;
+};
+
+/**
+ * A JSON merge patch (RFC 7396): the fields given replace the stored ones, the others stay. Unknown properties are ignored
+ */
+export type EndpointPatch = {
+    /**
+     * The new URL
+     */
+    url?: string;
+    /**
+     * The new description; null makes it ""
+     */
+    description?: string | null;
+    /**
+     * true: it is sent nothing (its pending deliveries fail); false: enabled again
+     */
+    disabled?: boolean;
+};
+
+/**
+ * An endpoint signing key
+ */
+export type SigningKey = {
+    /**
+     * The signing key: `whsec_` and the base64 of its bytes
+     */
+    key: string;
+};
+
+/**
+ * One delivery attempt to an endpoint
+ */
+export type Attempt = {
+    /**
+     * Chosen by the service
+     */
+    id: string;
+    /**
+     * The event: its `webhook-id`, the same on every attempt
+     */
+    eventId: string;
+    /**
+     * The plant the event is about, written with all its digits
+     */
+    plantId: bigint;
+    /**
+     * Whether the receiver answered 2xx in time
+     */
+    status: 'succeeded' | 'failed';
+    /**
+     * The receiver's status; absent when there was no answer
+     */
+    responseStatus?: number;
+    /**
+     * Why it failed, when the status does not say it all
+     */
+    error?: string;
+    /**
+     * How long it took
+     */
+    durationMs: number;
+    /**
+     * When it started (RFC 3339, UTC)
+     */
+    attemptedAt: string;
+};
+
 export type GetHealthzData = {
     body?: never;
     path?: never;
@@ -357,6 +479,617 @@ export type GetPlantResponses = {
 };
 
 export type GetPlantResponse = GetPlantResponses[keyof GetPlantResponses];
+
+export type ListWebhookEndpointsData = {
+    body?: never;
+    path?: never;
+    query?: {
+        /**
+         * The maximum number of endpoints to return
+         */
+        limit?: number;
+        /**
+         * Return only endpoints after this one (keyset paging)
+         */
+        after?: string;
+    };
+    url: '/webhooks/endpoints';
+};
+
+export type ListWebhookEndpointsErrors = {
+    /**
+     * A query parameter is malformed, out of range or given twice
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type ListWebhookEndpointsError = ListWebhookEndpointsErrors[keyof ListWebhookEndpointsErrors];
+
+export type ListWebhookEndpointsResponses = {
+    /**
+     * Endpoints in ascending id order
+     */
+    200: Array<Endpoint>;
+};
+
+export type ListWebhookEndpointsResponse = ListWebhookEndpointsResponses[keyof ListWebhookEndpointsResponses];
+
+export type CreateWebhookEndpointData = {
+    body: NewEndpoint;
+    path?: never;
+    query?: never;
+    url: '/webhooks/endpoints';
+};
+
+export type CreateWebhookEndpointErrors = {
+    /**
+     * The body is not a valid NewEndpoint or not valid JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not application/json
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type CreateWebhookEndpointError = CreateWebhookEndpointErrors[keyof CreateWebhookEndpointErrors];
+
+export type CreateWebhookEndpointResponses = {
+    /**
+     * The endpoint, without its secret
+     */
+    201: Endpoint;
+};
+
+export type CreateWebhookEndpointResponse = CreateWebhookEndpointResponses[keyof CreateWebhookEndpointResponses];
+
+export type DeleteWebhookEndpointData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}';
+};
+
+export type DeleteWebhookEndpointErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The body (which is ignored) is larger than the limit
+     */
+    413: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type DeleteWebhookEndpointError = DeleteWebhookEndpointErrors[keyof DeleteWebhookEndpointErrors];
+
+export type DeleteWebhookEndpointResponses = {
+    /**
+     * Deleted
+     */
+    204: void;
+};
+
+export type DeleteWebhookEndpointResponse = DeleteWebhookEndpointResponses[keyof DeleteWebhookEndpointResponses];
+
+export type GetWebhookEndpointData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}';
+};
+
+export type GetWebhookEndpointErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type GetWebhookEndpointError = GetWebhookEndpointErrors[keyof GetWebhookEndpointErrors];
+
+export type GetWebhookEndpointResponses = {
+    /**
+     * The endpoint, without its secret
+     */
+    200: Endpoint;
+};
+
+export type GetWebhookEndpointResponse = GetWebhookEndpointResponses[keyof GetWebhookEndpointResponses];
+
+export type UpdateWebhookEndpointData = {
+    body: EndpointPatch;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}';
+};
+
+export type UpdateWebhookEndpointErrors = {
+    /**
+     * The body is not a valid merge patch or not valid JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not a JSON one
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type UpdateWebhookEndpointError = UpdateWebhookEndpointErrors[keyof UpdateWebhookEndpointErrors];
+
+export type UpdateWebhookEndpointResponses = {
+    /**
+     * The endpoint, as changed
+     */
+    200: Endpoint;
+};
+
+export type UpdateWebhookEndpointResponse = UpdateWebhookEndpointResponses[keyof UpdateWebhookEndpointResponses];
+
+export type GetWebhookEndpointSecretData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/secret';
+};
+
+export type GetWebhookEndpointSecretErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type GetWebhookEndpointSecretError = GetWebhookEndpointSecretErrors[keyof GetWebhookEndpointSecretErrors];
+
+export type GetWebhookEndpointSecretResponses = {
+    /**
+     * The current key
+     */
+    200: SigningKey;
+};
+
+export type GetWebhookEndpointSecretResponse = GetWebhookEndpointSecretResponses[keyof GetWebhookEndpointSecretResponses];
+
+export type RotateWebhookEndpointSecretData = {
+    /**
+     * The key that signs from now on
+     */
+    body?: {
+        /**
+         * The new key, `whsec_` and the base64 of 24 to 64 bytes; a new random one when absent
+         */
+        key?: string;
+    };
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/secret/rotate';
+};
+
+export type RotateWebhookEndpointSecretErrors = {
+    /**
+     * `key` is not a whsec_ key of 24 to 64 bytes, or not valid JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not application/json
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type RotateWebhookEndpointSecretError = RotateWebhookEndpointSecretErrors[keyof RotateWebhookEndpointSecretErrors];
+
+export type RotateWebhookEndpointSecretResponses = {
+    /**
+     * Rotated: read the new key at `/secret`
+     */
+    204: void;
+};
+
+export type RotateWebhookEndpointSecretResponse = RotateWebhookEndpointSecretResponses[keyof RotateWebhookEndpointSecretResponses];
+
+export type ListWebhookEndpointAttemptsData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: {
+        /**
+         * The maximum number of attempts to return
+         */
+        limit?: number;
+        /**
+         * Return only attempts older than this one (keyset paging, newest first)
+         */
+        after?: string;
+        /**
+         * Return only the attempts that succeeded, or only those that failed
+         */
+        status?: 'succeeded' | 'failed';
+    };
+    url: '/webhooks/endpoints/{id}/attempts';
+};
+
+export type ListWebhookEndpointAttemptsErrors = {
+    /**
+     * A query parameter is malformed, out of range or given twice
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type ListWebhookEndpointAttemptsError = ListWebhookEndpointAttemptsErrors[keyof ListWebhookEndpointAttemptsErrors];
+
+export type ListWebhookEndpointAttemptsResponses = {
+    /**
+     * Attempts, newest first
+     */
+    200: Array<Attempt>;
+};
+
+export type ListWebhookEndpointAttemptsResponse = ListWebhookEndpointAttemptsResponses[keyof ListWebhookEndpointAttemptsResponses];
+
+export type RecoverWebhookEndpointData = {
+    /**
+     * Which failed deliveries to send again
+     */
+    body: {
+        /**
+         * RFC 3339: deliveries that ended failed at or after this time are sent again
+         */
+        since: string;
+    };
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/recover';
+};
+
+export type RecoverWebhookEndpointErrors = {
+    /**
+     * `since` is not an RFC 3339 date-time, or the body is not JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The endpoint is disabled: enable it first
+     */
+    409: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not application/json
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type RecoverWebhookEndpointError = RecoverWebhookEndpointErrors[keyof RecoverWebhookEndpointErrors];
+
+export type RecoverWebhookEndpointResponses = {
+    /**
+     * The deliveries are due again
+     */
+    202: {
+        /**
+         * How many failed deliveries are due again
+         */
+        recovering: number;
+    };
+};
+
+export type RecoverWebhookEndpointResponse = RecoverWebhookEndpointResponses[keyof RecoverWebhookEndpointResponses];
 
 /**
  * Plant added to the store: the NewPlant as stored, its id with every digit
