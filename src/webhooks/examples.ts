@@ -162,6 +162,11 @@ export const endpointErrorExamples = {
   },
   tooLarge: error(413, 'the request body is larger than the limit of 65536 bytes', 'Too large'),
   notJson: error(415, 'Content-Type must be application/json', 'Not JSON'),
+  notMergePatch: error(
+    415,
+    'Content-Type must be application/merge-patch+json or application/json',
+    'Neither JSON type',
+  ),
 };
 
 const retryAfter = {

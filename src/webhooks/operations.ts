@@ -124,7 +124,7 @@ export const operations = {
         400: errors.invalidPatch,
         ...missingExample,
         413: { tooLarge: errors.tooLarge },
-        415: { notJson: errors.notJson },
+        415: { notJson: errors.notMergePatch },
         ...commonErrorExamples,
       },
     },

@@ -100,6 +100,12 @@ export async function endpointRoutes(
       'application/json',
       'application/merge-patch+json',
     ]);
+    scope.addContentTypeParser('*', (_request, _payload, done) =>
+      done(
+        new HttpError(415, 'Content-Type must be application/merge-patch+json or application/json'),
+        undefined,
+      ),
+    );
     scope.withTypeProvider<TypeBoxTypeProvider>().patch(
       `${BASE}/:id`,
       {
