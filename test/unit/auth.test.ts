@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { bearerTokenOf, createTokenVerifier } from '../../src/http/auth.js';
+import { bearerTokenOf, createScopedTokens, createTokenVerifier } from '../../src/http/auth.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -64,5 +64,42 @@ describe('bearerTokenOf', () => {
     expect(bearerTokenOf('Bearer \u00a0abc')).toBe('\u00a0abc');
     expect(bearerTokenOf('Bearer abc\u00a0')).toBe('abc\u00a0');
     expect(bearerTokenOf('Bearer abc\u2003')).toBe('abc\u2003');
+  });
+});
+
+describe('createScopedTokens', () => {
+  const { plants, admin } = createScopedTokens({
+    plants: ['plant-token', 'shared-token'],
+    admin: [`sha256:${sha256('admin-token')}`, 'shared-token'],
+  });
+
+  it('accepts a token in its own scope only', () => {
+    expect([plants.verify('plant-token'), admin.verify('plant-token')]).toStrictEqual([
+      true,
+      false,
+    ]);
+    expect([plants.verify('admin-token'), admin.verify('admin-token')]).toStrictEqual([
+      false,
+      true,
+    ]);
+    expect([plants.verify('shared-token'), admin.verify('shared-token')]).toStrictEqual([
+      true,
+      true,
+    ]);
+  });
+
+  it('tells a token of another scope from one of none', () => {
+    expect(plants.validElsewhere('admin-token')).toBe(true);
+    expect(admin.validElsewhere('plant-token')).toBe(true);
+    expect(plants.validElsewhere('shared-token')).toBe(false);
+    expect(plants.validElsewhere('unknown')).toBe(false);
+    expect(admin.validElsewhere('unknown')).toBe(false);
+  });
+
+  it('refuses every token in a scope with no entry, and still knows the tokens of the others', () => {
+    const none = createScopedTokens({ plants: ['plant-token'], admin: [] });
+    expect(none.admin.verify('plant-token')).toBe(false);
+    expect(none.admin.validElsewhere('plant-token')).toBe(true);
+    expect(none.admin.validElsewhere('other')).toBe(false);
   });
 });
