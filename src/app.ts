@@ -34,7 +34,7 @@ export interface AppOptions {
   /** The statements of the webhook management API; throws (503) until the database is open. */
   endpoints: () => EndpointStore;
   /** Called after each change made through the management API has been committed. */
-  onEndpointsChanged?: () => void;
+  onEndpointsChanged?: (key: string) => void;
   checkReadiness: ReadinessCheck;
   /** Where failed authentications are counted for every replica, once the database is open. */
   authFailures?: () => AuthFailureStore | undefined;

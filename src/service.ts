@@ -107,8 +107,8 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       if (endpoints === undefined) throw starting();
       return endpoints;
     },
-    // A change to the endpoints through the API, committed: where the dispatcher is told of it.
-    onEndpointsChanged: () => {},
+    // A change to an endpoint through the API, committed: what waits here for it is claimed again.
+    onEndpointsChanged: (key) => dispatcher?.endpointChanged(key),
     // Until open() has made it, each failure is counted in memory: a guess must not go uncounted
     // while the service starts, and the count cannot be shared before the database answers.
     authFailures: () => authFailures,

@@ -103,8 +103,11 @@ export function createOutcomeStatements(
                         ${sql.placeholder('plants')}::int8[], ${sql.placeholder('succeeded')}::bool[],
                         ${sql.placeholder('statuses')}::int4[], ${sql.placeholder('errors')}::text[],
                         ${sql.placeholder('durations')}::int4[], ${sql.placeholder('at')}::float8[])
-              as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms)
+              with ordinality
+              as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms, n)
             join webhook_endpoints as e on e.id = a.endpoint_id
+           -- Ids in the order the attempts started: the log lists them newest first by id.
+           order by a.n
         ),
         health as (
           select e.id, h.ok, h.gone, coalesce(e.failing_since, now()) as failing_since
@@ -180,7 +183,8 @@ export function createOutcomeStatements(
 }
 
 /** The attempt log's columns, and each endpoint's health as its last attempt in the batch says. */
-function logValues(records: AttemptRecord[], disableAfterS: number) {
+function logValues(unordered: AttemptRecord[], disableAfterS: number) {
+  const records = unordered.toSorted((a, b) => a.attemptedAtMs - b.attemptedAtMs);
   const health = new Map<string, { ok: boolean; gone: boolean }>();
   for (const record of records) {
     const seen = health.get(record.endpoint);

@@ -37,7 +37,8 @@ export interface EndpointRoutesOptions {
   /** The nesting depth a JSON body may have. */
   jsonMaxDepth: number;
   /** Called once a change of an endpoint (or of what it is due) is committed and answered. */
-  onEndpointsChanged?: (() => void) | undefined;
+  /** Told the row key (decimal) of an endpoint once a change to it has committed. */
+  onEndpointsChanged?: ((key: string) => void) | undefined;
 }
 
 export async function endpointRoutes(
@@ -58,7 +59,7 @@ export async function endpointRoutes(
     async (request, reply) => {
       const { url, description = '', disabled = false, secret } = request.body;
       const row = await answered(endpoints().create({ url, description, disabled, secret }));
-      changed();
+      changed(row.id);
       const endpoint = endpointOf(row);
       return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
     },
@@ -117,7 +118,7 @@ export async function endpointRoutes(
         const patch = { url, description: description === null ? '' : description, disabled };
         const row = await answered(endpoints().patch(keyOfRequest(request), patch));
         if (!row) throw notFound();
-        changed();
+        changed(String(keyOfRequest(request)));
         return endpointOf(row);
       },
     );
@@ -135,7 +136,7 @@ export async function endpointRoutes(
       },
       async (request, reply) => {
         if (!(await answered(endpoints().delete(keyOfRequest(request))))) throw notFound();
-        changed();
+        changed(String(keyOfRequest(request)));
         return reply.code(204).send(null);
       },
     );
@@ -170,7 +171,7 @@ export async function endpointRoutes(
     async (request, reply) => {
       const rotated = await answered(endpoints().rotate(keyOfRequest(request), request.body.key));
       if (!rotated) throw notFound();
-      changed();
+      changed(String(keyOfRequest(request)));
       return reply.code(204).send(null);
     },
   );
@@ -214,7 +215,7 @@ export async function endpointRoutes(
       );
       if (recovered === undefined) throw notFound();
       if (recovered === 'disabled') throw new HttpError(409, DISABLED_MESSAGE);
-      changed();
+      changed(String(keyOfRequest(request)));
       return reply.code(202).send({ recovering: recovered });
     },
   );

@@ -313,3 +313,106 @@ describe('deliveries to endpoints', () => {
     expect(await t.database.query('select 1 from webhook_deliveries')).toHaveLength(1);
   });
 });
+
+describe('endpoints through the API, end to end', () => {
+  const ADMIN = 'admin-token-e2e-5d1f';
+  const admin = (t: TestApp, method: 'GET' | 'POST' | 'PATCH', url: string, body?: unknown) =>
+    t.app.inject({
+      method,
+      url,
+      headers: {
+        authorization: `Bearer ${ADMIN}`,
+        ...(body !== undefined && { 'content-type': 'application/json' }),
+      },
+      ...(body !== undefined && { payload: JSON.stringify(body) }),
+    });
+
+  it('subscribes, signs with the key the API shows, rotates, logs attempts, and recovers after a 410', async () => {
+    let status = 200;
+    let secret = '';
+    const requests: ReceivedRequest[] = [];
+    const hook = await startReceiver(
+      (request) => {
+        requests.push(request);
+        return { status };
+      },
+      { secret: generateSecret() },
+    );
+    open.push(hook);
+    const t = await startTestApp({
+      env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
+      webhooks: { timeoutMs: 1000, retrySchedule: [0.1] },
+    });
+    open.push(t);
+    const created = await admin(t, 'POST', '/webhooks/endpoints', { url: hook.url });
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json() as { id: string };
+    secret = (await admin(t, 'GET', `/webhooks/endpoints/${id}/secret`)).json().key;
+
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await hook.waitFor(1);
+    const first = requests[0] as ReceivedRequest;
+    expect(verify(secret, first, String(first.headers['webhook-signature']))).toBe(true);
+
+    // A rotation: the next delivery carries the new key's signature, then the old one's.
+    expect((await admin(t, 'POST', `/webhooks/endpoints/${id}/secret/rotate`, {})).statusCode).toBe(
+      204,
+    );
+    const rotated = (await admin(t, 'GET', `/webhooks/endpoints/${id}/secret`)).json().key;
+    expect((await postPlant(t.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    await hook.waitFor(2);
+    const [newSignature, oldSignature] = String(requests[1]?.headers['webhook-signature']).split(
+      ' ',
+    );
+    expect(verify(rotated, requests[1] as ReceivedRequest, newSignature as string)).toBe(true);
+    expect(verify(secret, requests[1] as ReceivedRequest, oldSignature as string)).toBe(true);
+
+    // A 410 disables the endpoint; what it misses is recorded failed.
+    status = 410;
+    expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
+    const disabled = await eventually(
+      async () => (await admin(t, 'GET', `/webhooks/endpoints/${id}`)).json(),
+      (endpoint) => endpoint.disabled === true,
+    );
+    expect(disabled).toMatchObject({
+      disabled: true,
+      disabledReason: 'the receiver answered 410 Gone',
+    });
+    expect((await postPlant(t.app, { id: 4, name: 'Aloe' })).statusCode).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(requests).toHaveLength(3);
+
+    const log = await eventually(
+      async () => (await admin(t, 'GET', `/webhooks/endpoints/${id}/attempts`)).json(),
+      (attempts: unknown[]) => attempts.length === 3,
+    );
+    const listed = log as Array<{ plantId: number; status: string }>;
+    expect(listed.map((a) => [a.plantId, a.status])).toStrictEqual([
+      [3, 'failed'],
+      [2, 'succeeded'],
+      [1, 'succeeded'],
+    ]);
+    expect(log[0]).toMatchObject({ responseStatus: 410 });
+
+    // Enabled again and recovered: both missed plants arrive, with their first webhook-id.
+    status = 200;
+    expect(
+      (await admin(t, 'PATCH', `/webhooks/endpoints/${id}`, { disabled: false })).statusCode,
+    ).toBe(200);
+    const since = new Date(Date.now() - 60_000).toISOString();
+    const recovered = await admin(t, 'POST', `/webhooks/endpoints/${id}/recover`, { since });
+    expect(recovered.statusCode, recovered.body).toBe(202);
+    await hook.waitFor(5);
+    expect(
+      requests
+        .slice(3)
+        .map((r) => r.body)
+        .sort(),
+    ).toStrictEqual(['{"id":3,"name":"Aloe"}', '{"id":4,"name":"Aloe"}']);
+    expect(requests[3]?.headers['webhook-id'] ?? requests[4]?.headers['webhook-id']).toBeDefined();
+    const redelivered = requests.find(
+      (r) => r.body === '{"id":3,"name":"Aloe"}' && r !== requests[2],
+    );
+    expect(redelivered?.headers['webhook-id']).toBe(requests[2]?.headers['webhook-id']);
+  });
+});
