@@ -6,13 +6,19 @@ import type { AttemptResult } from './attempt.js';
 import { createFanOutLoop } from './fan-out.js';
 import { createLanes, type Lane, sendOn } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
-import { type ClaimedDelivery, createOutbox, laneKeyOf, type Outbox } from './outbox.js';
 import {
+  type ClaimedDelivery,
+  createOutbox,
+  ENDPOINT_START_WINDOW_MS,
+  laneKeyOf,
+  type Outbox,
+} from './outbox.js';
+import {
+  attemptRecord,
   createOutcomeStatements,
   type DisabledEndpoint,
   GONE_REASON,
   type OutcomeStatements,
-  plantIdOf,
 } from './outcomes.js';
 import { createRecorder } from './recorder.js';
 import { describeFailure, nextStep } from './schedule.js';
@@ -43,9 +49,8 @@ export interface Dispatcher {
    */
   wake(): void;
   /**
-   * An endpoint was changed, deleted or recovered through this process: deliveries of it that
-   * wait here are given back and claimed again as it now is, so no attempt starts with what it
-   * was, and what a recover made due is sent without waiting for the poll.
+   * An endpoint was changed, deleted or recovered here: its deliveries waiting here are given
+   * back and claimed again as it now is, at once (other processes': ENDPOINT_START_WINDOW_MS).
    */
   endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
@@ -124,9 +129,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return lane;
   }
 
-  /** The latest moment an attempt of `delivery` may start and still end within its claim. */
+  /**
+   * The latest moment an attempt of `delivery` may start: within its claim, and for an
+   * endpoint within ENDPOINT_START_WINDOW_MS of it, so that no attempt uses what an endpoint was.
+   */
   const startBy = (delivery: ClaimedDelivery) =>
-    delivery.claimedAt + leaseMs - config.timeoutMs - START_MARGIN_MS;
+    delivery.endpoint === undefined
+      ? delivery.claimedAt + leaseMs - config.timeoutMs - START_MARGIN_MS
+      : delivery.claimedAt +
+        Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
 
   function release(delivery: ClaimedDelivery): void {
     record({ kind: 'released', id: delivery.id, attempt: delivery.attempt });
@@ -165,17 +176,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
     const logged = lane.endpoint !== undefined && {
-      record: {
-        endpoint: lane.endpoint,
-        eventId: delivery.eventId,
-        plantId: plantIdOf(delivery.body),
-        succeeded: failure === undefined,
-        status: result.kind === 'answered' ? result.status : undefined,
-        error: failure?.status === undefined ? failure?.error : undefined,
-        durationMs,
-        attemptedAtMs: startedAt,
-        gone: step.kind === 'gone',
-      },
+      record: attemptRecord(lane.endpoint, delivery, result, step, { startedAt, durationMs }),
     };
     if (failure === undefined) {
       record({ kind: 'delivered', id: delivery.id, ...logged });

@@ -1,7 +1,7 @@
 /**
  * The public ids of endpoints (`ep_`) and of attempts (`att_`): a prefix and the row's bigint
- * key as 16 hex digits, so that ids sort as text in the order of their rows, and a page's
- * `after` names a row without the client learning anything it could rely on.
+ * key as 16 hex digits, so that ids sort as text in the order of their rows and a page's
+ * `after` names a row. They are counters: an id shows the order and rough count of creations.
  */
 const HEX_DIGITS = 16;
 

@@ -26,6 +26,8 @@ export interface Lane {
   forbidden: boolean;
   /** The sealed secrets `keys` were made from: they change only on a rotation. */
   sealed: string;
+  /** The version of the endpoint the lane was last aimed with (see EndpointTarget). */
+  version: number;
   queue: ClaimedDelivery[];
   inFlight: Set<ClaimedDelivery>;
   claiming: boolean;
@@ -94,6 +96,7 @@ export function createLanes(options: LaneOptions) {
       keys: 'unreadable' as const,
       forbidden: false,
       sealed: '',
+      version: 0,
       queue: [],
       inFlight: new Set<ClaimedDelivery>(),
       claiming: false,
@@ -127,17 +130,26 @@ export function createLanes(options: LaneOptions) {
     },
     /** Brings an endpoint's lane up to date with what a claim read of it. */
     retarget(lane: Lane, target: EndpointTarget): void {
+      // A claim that read the endpoint before a change may finish after one that read it after.
+      if (target.version < lane.version) return;
+      lane.version = target.version;
       if (target.url !== lane.url) aim(lane, target.url);
       const sealed = `${target.secret} ${target.previousSecret ?? ''}`;
       if (sealed === lane.sealed) return;
       lane.sealed = sealed;
+      let current: KeyObject;
       try {
-        const current = keyOf(target.secret);
-        lane.keys =
-          target.previousSecret === undefined ? [current] : [current, keyOf(target.previousSecret)];
+        current = keyOf(target.secret);
       } catch {
         lane.keys = 'unreadable';
+        return;
       }
+      // The old key only adds a signature: one that cannot be read is left out.
+      let previous: KeyObject | undefined;
+      try {
+        previous = target.previousSecret === undefined ? undefined : keyOf(target.previousSecret);
+      } catch {}
+      lane.keys = previous === undefined ? [current] : [current, previous];
     },
   };
 }

@@ -19,7 +19,16 @@ export interface EndpointTarget {
   secret: string;
   /** The key before the last rotation, sealed, while it still signs. */
   previousSecret: string | undefined;
+  /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
+  version: number;
 }
+
+/**
+ * An endpoint's delivery is attempted within this long of its claim, or given back: so an
+ * attempt that starts this long after a change to its endpoint committed was claimed after it,
+ * and reads the endpoint as it now is, on every replica. The API answers a change no sooner.
+ */
+export const ENDPOINT_START_WINDOW_MS = 1000;
 
 /** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
 export interface ClaimedDelivery {
@@ -58,6 +67,7 @@ interface DeliveryRow {
   endpoint_url: string | null;
   secret: string | null;
   previous_secret: string | null;
+  endpoint_version: number | null;
   body: string;
   attempts: number;
   created_ms: number;
@@ -73,7 +83,8 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
 
 /** The target of an endpoint's delivery, read beside it; the old key only within its grace. */
 const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
-  e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret`);
+  e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
+  (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version`);
 
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   const endpoint: EndpointTarget | undefined =
@@ -84,6 +95,7 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
           url: row.endpoint_url ?? '',
           secret: row.secret ?? '',
           previousSecret: row.previous_secret ?? undefined,
+          version: row.endpoint_version ?? 0,
         };
   return {
     id: row.id,
@@ -109,7 +121,7 @@ export interface Outbox {
   /**
    * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
    * those another process is taking, and turns each into one delivery per static URL and per
-   * endpoint that existed when the event was recorded, born claimed by this process (attempt 1,
+   * endpoint whose creating transaction started before the event's, born claimed by this process (attempt 1,
    * for the lease); a disabled endpoint's is born failed ("endpoint disabled"). The events go.
    */
   fanOut(limit: number, after: bigint): Promise<FanOut>;
@@ -184,7 +196,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                     for update skip locked))
      returning id::text as id, event_id::text as event_id, url, null::text as endpoint_key,
                null::text as endpoint_url, null::text as secret, null::text as previous_secret,
-               body, attempts, (extract(epoch from created_at) * 1000)::float8 as created_ms`,
+               null::float8 as endpoint_version, body, attempts, (extract(epoch from created_at) * 1000)::float8 as created_ms`,
   );
   // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
   const claimForEndpoints = prepareStatement<DeliveryRow>(

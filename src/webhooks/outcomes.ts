@@ -1,6 +1,8 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
+import type { AttemptResult } from './attempt.js';
+import { describeFailure, type NextStep } from './schedule.js';
 
 /** What the attempt log keeps of an attempt to an endpoint. */
 export interface AttemptRecord {
@@ -49,6 +51,28 @@ export const failingReason = (seconds: number) =>
 const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
 export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
 
+/** What the attempt log keeps of an attempt of `delivery` to `endpoint` that ended `result`. */
+export function attemptRecord(
+  endpoint: string,
+  delivery: { eventId: string; body: string },
+  result: AttemptResult,
+  step: NextStep,
+  { startedAt, durationMs }: { startedAt: number; durationMs: number },
+): AttemptRecord {
+  const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
+  return {
+    endpoint,
+    eventId: delivery.eventId,
+    plantId: plantIdOf(delivery.body),
+    succeeded: failure === undefined,
+    status: result.kind === 'answered' ? result.status : undefined,
+    error: failure?.status === undefined ? failure?.error : undefined,
+    durationMs,
+    attemptedAtMs: startedAt,
+    gone: step.kind === 'gone',
+  };
+}
+
 export interface OutcomeStatements {
   /** Writes outcomes; returns the endpoints that their attempts disabled. */
   record(outcomes: Outcome[]): Promise<DisabledEndpoint[]>;
@@ -64,7 +88,8 @@ export function createOutcomeStatements(
     sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
   );
   // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
-  // another process claimed the row again, this outcome is stale and matches nothing.
+  // another process claimed the row again, this outcome is stale and matches nothing; so does
+  // one for a delivery given up meanwhile (its endpoint disabled), which only recover revives.
   const reschedule = prepareStatement(
     db,
     'webhook_reschedule',
@@ -76,7 +101,7 @@ export function createOutcomeStatements(
           from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
                       ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
                       ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
-         where d.id = o.id and d.attempts = o.attempt`,
+         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
   );
   // Not attempted: the claim did not start an attempt, so it does not count as one.
   const release = prepareStatement(
@@ -86,11 +111,14 @@ export function createOutcomeStatements(
            set next_attempt_at = now(), attempts = d.attempts - 1
           from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
             as o(id, attempt)
-         where d.id = o.id and d.attempts = o.attempt`,
+         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
   );
   // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
   // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
-  // recovered once it is enabled again. An endpoint deleted meanwhile is skipped.
+  // recovered once it is enabled again. An endpoint deleted before it runs is skipped (one
+  // deleted while it runs fails the batch's log, which is then lost: deliveries are not). Its effects,
+  // in order: the log rows; the health of each endpoint (its last attempt in the batch decides);
+  // and, for an endpoint this disables, its pending deliveries failed.
   const logAttempts = prepareStatement<{ key: string; reason: string }>(
     db,
     'webhook_log_attempts',
@@ -110,23 +138,25 @@ export function createOutcomeStatements(
            order by a.n
         ),
         health as (
-          select e.id, h.ok, h.gone, coalesce(e.failing_since, now()) as failing_since
+          select e.id, h.ok, h.gone, coalesce(e.failing_since, now()) as failing_since,
+                 not h.ok and (h.gone or coalesce(e.failing_since, now())
+                   <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second') as disable
             from unnest(${sql.placeholder('healthEndpoints')}::int8[], ${sql.placeholder('ok')}::bool[],
                         ${sql.placeholder('gone')}::bool[]) as h(id, ok, gone)
             join webhook_endpoints as e on e.id = h.id
            where not e.disabled and not (h.ok and e.failing_since is null)
+           -- Always in one order, so that two processes' batches cannot deadlock.
+           order by e.id
              for no key update of e
         ),
         changed as (
           update webhook_endpoints as e
              set failing_since = case when h.ok then null else h.failing_since end,
-                 disabled = not h.ok and (h.gone or h.failing_since <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second'),
-                 disabled_reason = case
-                   when h.ok then null
-                   when h.gone then ${GONE_REASON}::text
-                   when h.failing_since <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second'
-                     then ${sql.placeholder('failingReason')}::text
-                 end
+                 disabled = h.disable,
+                 disabled_reason = case when not h.disable then null
+                                        when h.gone then ${GONE_REASON}::text
+                                        else ${sql.placeholder('failingReason')}::text end,
+                 updated_at = case when h.disable then now() else e.updated_at end
             from health as h
            where e.id = h.id
           returning e.id, e.disabled, e.disabled_reason

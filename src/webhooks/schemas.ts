@@ -16,7 +16,14 @@ export function urlProblem(value: unknown): string | undefined {
   if (typeof value !== 'string') return 'must be a string';
   // Spaces and control characters (anything outside ! to ~ below U+0080) would be dropped or
   // encoded by a parser: refused, not guessed.
-  if (value.length > URL_MAX_LENGTH || /[^!-~\u0080-\uffff]/.test(value)) return URL_PROBLEM;
+  if (
+    value.length > URL_MAX_LENGTH ||
+    /[^!-~\u0080-\uffff]/.test(value) ||
+    // A lone surrogate would be stored as U+FFFD: another URL than the one given.
+    !value.isWellFormed()
+  ) {
+    return URL_PROBLEM;
+  }
   const url = URL.canParse(value) ? new URL(value) : undefined;
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.hostname === '') {
     return URL_PROBLEM;

@@ -22,7 +22,10 @@ const SWEEP_LIMIT = 10_000;
 
 export interface Upkeep {
   stats(): Promise<OutboxStats>;
-  /** Deletes attempts and failed deliveries older than the retention; returns how many. */
+  /**
+   * Deletes attempts and failed deliveries older than the retention (returns how many), and
+   * the keys rotated out whose grace is over.
+   */
   sweep(): Promise<number>;
 }
 
@@ -81,6 +84,11 @@ export function createUpkeep(
                     where failed_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
                     limit ${SWEEP_LIMIT}))
           returning 1
+        ),
+        -- A key replaced by a rotation is not kept once its grace is over.
+        expired_keys as (
+          update webhook_endpoints set previous_secret = null, previous_secret_until = null
+           where previous_secret_until < now()
         )
         select ((select count(*) from old_attempts) + (select count(*) from old_deliveries))::int4 as count`,
   );

@@ -28,7 +28,7 @@ export interface TestApp {
   metrics: Metrics;
   /** Every log line the app wrote, as JSON text. */
   logs: string[];
-  /** The newPlant webhook's dispatcher, when `webhooks` was given. */
+  /** The webhook's dispatcher, once the service is open. */
   dispatcher: Dispatcher | undefined;
   close(): Promise<void>;
 }

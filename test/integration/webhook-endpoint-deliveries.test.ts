@@ -179,6 +179,22 @@ describe('deliveries to endpoints', () => {
     expect(request?.verified).toBe(true);
   });
 
+  it('leaves out an old key it cannot read, and signs with the new one alone', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app();
+    const id = await endpoint(t, hook.url, secret);
+    await t.database.query(
+      `update webhook_endpoints set previous_secret = $2,
+              previous_secret_until = now() + interval '1 hour' where id = $1`,
+      [id, sealSecret(generateSecret(), randomBytes(32))],
+    );
+    expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
+    const [request] = await hook.waitFor(1);
+    expect(String(request?.headers['webhook-signature']).split(' ')).toHaveLength(1);
+    expect(request?.verified).toBe(true);
+  });
+
   it('disables an endpoint on a 410, records what it misses as failed, and sends it after a recover', async () => {
     const secret = generateSecret();
     let gone = true;
@@ -292,7 +308,7 @@ describe('deliveries to endpoints', () => {
     expect(hook.requests).toHaveLength(0);
   });
 
-  it('sweeps attempts and failed deliveries older than WEBHOOK_LOG_RETENTION_S', async () => {
+  it('sweeps attempts and failed deliveries older than WEBHOOK_LOG_RETENTION_S, and old keys past their grace', async () => {
     const t = await app();
     const id = await endpoint(t, 'http://127.0.0.1:9/hook', generateSecret());
     await t.database.query(
@@ -307,8 +323,18 @@ describe('deliveries to endpoints', () => {
               (gen_random_uuid(), $1, '{}', now())`,
       [id],
     );
+    await t.database.query(
+      `update webhook_endpoints set previous_secret = 'plain:whsec_old',
+              previous_secret_until = now() - interval '1 second' where id = $1`,
+      [id],
+    );
     const upkeep = createUpkeep(t.appDatabase.db, { urls: [], logRetentionS: 3600 });
     expect(await upkeep.sweep()).toBe(2);
+    expect(
+      await t.database.query(
+        'select previous_secret, previous_secret_until from webhook_endpoints',
+      ),
+    ).toStrictEqual([{ previous_secret: null, previous_secret_until: null }]);
     expect(await t.database.query('select 1 from webhook_attempts')).toHaveLength(1);
     expect(await t.database.query('select 1 from webhook_deliveries')).toHaveLength(1);
   });

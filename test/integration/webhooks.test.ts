@@ -76,6 +76,8 @@ async function appRecordingOnly() {
       createPlantRepository(database.db, { ...batching, recordEvents: 'always' }),
   });
   open.push(t);
+  // Its own dispatcher, with no subscriber, would take the events and write nothing.
+  await t.dispatcher?.stop(0);
   return t;
 }
 
