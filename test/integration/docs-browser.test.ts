@@ -113,9 +113,11 @@ describe.skipIf(chromiumPath === undefined)('GET /docs in Chromium', () => {
         );
 
         await page.locator('.auth-wrapper button.authorize').click();
-        await page.locator('.auth-container input').fill(TOKEN);
-        await page.locator('.auth-btn-wrapper button.authorize').click();
-        await page.locator('.auth-btn-wrapper button.btn-done').click();
+        // The plant API's scheme; the dialog also offers the management API's (adminBearer).
+        const plantAuth = page.locator('.auth-container').filter({ hasText: 'bearerAuth' });
+        await plantAuth.locator('input').fill(TOKEN);
+        await plantAuth.locator('.auth-btn-wrapper button.authorize').click();
+        await page.locator('.auth-btn-wrapper button.btn-done').first().click();
 
         const create = page.locator('#operations-plants-addPlant');
         await create.locator('.opblock-summary').click();
