@@ -127,16 +127,24 @@ async function inTransaction<T>(session: MigrationSession, work: () => Promise<T
 }
 
 /**
- * Takes the migration lock for the current transaction; returns this backend's pid. It asks
- * again and again rather than waits in one statement: a statement waiting for the lock holds a
- * snapshot, which a concurrent index build of the process holding the lock would wait for.
+ * Runs `work` in a transaction that holds the migration lock, with this backend's pid. The lock
+ * is asked for in a short transaction, ended and asked again while another process holds it,
+ * never waited on: a concurrent index build of the process that holds the lock waits for every
+ * transaction that had a snapshot when it began, so a transaction waiting for the lock meanwhile
+ * would wait for ever.
  */
-async function lockMigrations(session: MigrationSession): Promise<number> {
+async function underLock<T>(
+  session: MigrationSession,
+  work: (pid: number) => Promise<T>,
+): Promise<T> {
   for (let pause = 20; ; pause = Math.min(pause * 2, 500)) {
-    const [row] = await session.query<{ locked: boolean; pid: number }>(
-      `select pg_try_advisory_xact_lock(${MIGRATION_LOCK_KEY}) as locked, pg_backend_pid() as pid`,
-    );
-    if (row?.locked) return Number(row.pid);
+    const outcome = await inTransaction(session, async () => {
+      const [row] = await session.query<{ locked: boolean; pid: number }>(
+        `select pg_try_advisory_xact_lock(${MIGRATION_LOCK_KEY}) as locked, pg_backend_pid() as pid`,
+      );
+      return row?.locked ? { value: await work(Number(row.pid)) } : undefined;
+    });
+    if (outcome) return outcome.value;
     await realClock.sleep(pause);
   }
 }
@@ -186,8 +194,7 @@ async function applyInTransaction(
   blockers: Blocker[],
 ): Promise<boolean> {
   const { main, beside } = connections;
-  return inTransaction(main, async () => {
-    const pid = await lockMigrations(main);
+  return underLock(main, async (pid) => {
     if ((await appliedThrough(main)) >= migration.millis) return false;
     await main.run(`set local lock_timeout = ${Math.trunc(lockTimeoutMs)}`);
     const watch = watchBlockers(beside, pid, lockTimeoutMs / 2);
@@ -257,8 +264,7 @@ async function applyOutsideTransaction(
     await inTransaction(main, () => record(main, migration));
     return true;
   }
-  return inTransaction(beside, async () => {
-    await lockMigrations(beside);
+  return underLock(beside, async () => {
     if ((await appliedThrough(beside)) >= migration.millis) return false;
     await runOutside(main, migration, log);
     await record(beside, migration);
@@ -288,8 +294,7 @@ export async function applyMigrations(
   const clock = options.clock ?? realClock;
   const migrations = readMigrations(options.folder ?? migrationsFolder);
   const { main } = connections;
-  const through = await inTransaction(main, async () => {
-    await lockMigrations(main);
+  const through = await underLock(main, async () => {
     await main.run('create schema if not exists drizzle');
     await main.run(
       'create table if not exists drizzle.__drizzle_migrations (id serial primary key, hash text not null, created_at bigint)',

@@ -170,12 +170,12 @@ describe('migrations on a live database', () => {
   it('runs a marked migration outside a transaction, once however many migrators start together', async () => {
     const folder = folderWith([nameIndex]);
     await database.query(
-      "insert into plants (id, name) select g, 'Plant ' || g from generate_series(1, 2000) g",
+      "insert into plants (id, name) select g, 'Plant ' || g from generate_series(1, 20000) g",
     );
     const results = await Promise.allSettled(
-      Array.from({ length: 4 }, () => migratePostgres(url, 5000, { folder })),
+      Array.from({ length: 6 }, () => migratePostgres(url, 5000, { folder })),
     );
-    expect(results.map(({ status }) => status)).toStrictEqual(Array(4).fill('fulfilled'));
+    expect(results.map(({ status }) => status)).toStrictEqual(Array(6).fill('fulfilled'));
     const applied = results.flatMap((result) =>
       result.status === 'fulfilled' ? result.value : [],
     );
