@@ -42,6 +42,7 @@ function noticeOnce(key: string, line: string): void {
 // Tests that need a server: several connections at once, separate processes, restarts.
 const serverOnly = [
   'test/integration/migrate.test.ts',
+  'test/integration/migrate-live.test.ts',
   'test/integration/process.test.ts',
   'test/integration/image-rehearsal.test.ts',
   'test/integration/pooler.test.ts',

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { MIGRATION_DEFAULTS } from './db/migrate.js';
 import { SHA256_ENTRY_PREFIX } from './http/auth.js';
 
 const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -27,6 +28,8 @@ export const EnvironmentSchema = Type.Object({
     { default: 'info' },
   ),
   MIGRATE_ON_START: Type.Boolean({ default: true }),
+  MIGRATION_LOCK_TIMEOUT_MS: integer(10, 600_000, MIGRATION_DEFAULTS.lockTimeoutMs),
+  MIGRATION_RETRY_FOR_S: integer(0, 86_400, MIGRATION_DEFAULTS.retryForS),
   DB_POOLER: Type.Boolean({ default: false }),
   DB_POOL_MAX: integer(1, 1000, 10),
   DB_CONNECT_TIMEOUT_MS: integer(100, 600_000, 5000),
@@ -315,6 +318,12 @@ export function loadConfig(env: NodeJS.ProcessEnv, options: LoadConfigOptions = 
       connectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,
       statementTimeoutMs: environment.DB_STATEMENT_TIMEOUT_MS,
       migrateOnStart: environment.MIGRATE_ON_START,
+      migration: {
+        /** How long one migration step waits for a lock before it gives way and tries again. */
+        lockTimeoutMs: environment.MIGRATION_LOCK_TIMEOUT_MS,
+        /** How long a migration step keeps trying before it gives up. */
+        retryForMs: environment.MIGRATION_RETRY_FOR_S * 1000,
+      },
     },
     /** Creates: each batch is one INSERT. */
     writes: {

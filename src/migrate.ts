@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
+import { MigrationGaveUpError } from './db/lock-waits.js';
 import { describeMigrations } from './db/migrate.js';
 import { createLogger } from './logger.js';
 
@@ -10,13 +11,16 @@ try {
   try {
     const database = await openCommandDatabase(config.database);
     try {
-      const applied = await database.migrate();
+      const applied = await database.migrate({ ...config.database.migration, log: logger });
       logger.info({ migrations: applied }, describeMigrations(applied, database.description));
     } finally {
       await database.close();
     }
   } catch (error) {
-    logger.fatal({ err: error }, 'migration failed');
+    logger.fatal(
+      { err: error },
+      error instanceof MigrationGaveUpError ? error.message : 'migration failed',
+    );
     process.exitCode = 1;
   }
 } catch (error) {

@@ -157,7 +157,9 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     const db = await openDatabaseOnce();
     if (stopping) return;
     if (config.database.migrateOnStart) {
-      const applied = await whenDatabaseAnswers('migrating', () => db.migrate());
+      const applied = await whenDatabaseAnswers('migrating', () =>
+        db.migrate({ ...config.database.migration, log: logger }),
+      );
       logger.info({ migrations: applied }, describeMigrations(applied, 'the database'));
     }
     if (stopping) return;

@@ -5,6 +5,7 @@ import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
 import type { DatabaseConfig } from '../config.js';
 import { describeEmbedded, describeServer } from './describe.js';
+import type { MigrationOptions } from './migrate.js';
 
 /** Drizzle's PostgreSQL API, whichever engine runs underneath, and that engine's driver. */
 export type Database = PgDatabase<PgQueryResultHKT> & {
@@ -19,15 +20,15 @@ export interface AppDatabase {
   description: string;
   /**
    * Applies pending migrations and resolves with their names; processes that race serialise,
-   * and the schema is applied once.
+   * and each migration is applied once.
    */
-  migrate(): Promise<string[]>;
+  migrate(options?: MigrationOptions): Promise<string[]>;
   /** The connection pool's state; the embedded engine has no pool. */
   poolStats?: () => { total: number; idle: number; waiting: number };
   close(): Promise<void>;
 }
 
-export type DatabaseOptions = Omit<DatabaseConfig, 'migrateOnStart'> & {
+export type DatabaseOptions = Omit<DatabaseConfig, 'migrateOnStart' | 'migration'> & {
   /** Called when an idle server connection breaks (e.g. a database restart). */
   onIdleError: (error: Error) => void;
 };

@@ -73,7 +73,19 @@ export async function openEmbedded(options: EmbeddedOptions): Promise<AppDatabas
     db,
     engine: 'pglite',
     description: describeEmbedded(dataDir),
-    migrate: () => applyMigrations(db),
+    migrate: (migration) =>
+      applyMigrations(
+        {
+          main: {
+            query: async (text, values) => (await client.query<never>(text, values)).rows,
+            run: async (text) => {
+              await client.exec(text);
+            },
+          },
+          beside: undefined,
+        },
+        migration,
+      ),
     close: () => {
       closing ??= client.close().finally(unlock);
       return closing;

@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { AppDatabase } from './client.js';
 import { describeServer } from './describe.js';
 import { READ_ONLY_SQL_STATE, ServerReadOnlyError, sqlStateOf } from './errors.js';
-import { applyMigrations } from './migrate.js';
+import { applyMigrations, type MigrationOptions, type MigrationSession } from './migrate.js';
 
 export interface PostgresOptions {
   url: string;
@@ -15,23 +15,52 @@ export interface PostgresOptions {
   onIdleError: (error: Error) => void;
 }
 
+/** A migration's connection on a pg client: simple queries for files, extended for parameters. */
+function migrationSession(client: pg.Client): MigrationSession {
+  return {
+    query: async (text, values) => (await client.query(text, values)).rows,
+    run: async (text) => {
+      await client.query(text);
+    },
+  };
+}
+
 /**
- * Applies pending migrations to the server at `url`, directly or through a pooler: everything
- * happens in one transaction under a transaction-level advisory lock, so processes that start
- * together serialise, the schema is applied exactly once and the others find nothing to do.
+ * Applies pending migrations to the server at `url`, directly or through a pooler, each in a
+ * transaction under a transaction-level advisory lock (see applyMigrations): processes that
+ * start together serialise, each migration is applied exactly once and the others find nothing
+ * to do. Two connections: the migrations' own, and one beside it (see MigrationConnections).
  */
-export async function migratePostgres(url: string, connectTimeoutMs: number): Promise<string[]> {
+export async function migratePostgres(
+  url: string,
+  connectTimeoutMs: number,
+  options: MigrationOptions = {},
+): Promise<string[]> {
   // No statement timeout: a migration may rightly take longer than any request.
-  const client = new pg.Client({
-    connectionString: url,
-    connectionTimeoutMillis: connectTimeoutMs,
-    application_name: 'plant-store-migrate',
-  });
-  await client.connect();
+  const connect = async () => {
+    const client = new pg.Client({
+      connectionString: url,
+      connectionTimeoutMillis: connectTimeoutMs,
+      application_name: 'plant-store-migrate',
+    });
+    // A connection lost while idle is reported by the next query on it, not as a crash.
+    client.on('error', () => {});
+    await client.connect();
+    return client;
+  };
+  const main = await connect();
   try {
-    return await applyMigrations(drizzle({ client }));
+    const beside = await connect();
+    try {
+      return await applyMigrations(
+        { main: migrationSession(main), beside: migrationSession(beside) },
+        options,
+      );
+    } finally {
+      await beside.end();
+    }
   } finally {
-    await client.end();
+    await main.end();
   }
 }
 
@@ -198,7 +227,7 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
     pool,
     engine: 'postgres',
     description: describeServer(options.url, options.pooler),
-    migrate: () => migratePostgres(options.url, options.connectTimeoutMs),
+    migrate: (migration) => migratePostgres(options.url, options.connectTimeoutMs, migration),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     close: () => {
       closing ??= pool.end();
