@@ -28,10 +28,10 @@ RUN mkdir -p /data
 FROM gcr.io/distroless/nodejs24-debian12:nonroot AS runtime
 # Without DATABASE_URL the service runs the embedded engine with its data in /data, for trying
 # things out: `docker run -v plants:/data ...` keeps it. Production sets DATABASE_URL.
-# V8 lets its young generation grow to two 64 MiB semi-spaces under load and keeps them: with
-# 16 MiB ones the soak's resident memory stays about 80 MiB lower, for no scavenge time that it
-# could measure (docs/reliability.md).
-ENV NODE_ENV=production DATA_DIR=/data NODE_OPTIONS=--max-semi-space-size=16
+# V8's heap bounds and the collection after a busy spell, the same as `npm start`'s
+# (package.json): resident memory bounded as docs/operations.md says.
+ENV NODE_ENV=production DATA_DIR=/data \
+  NODE_OPTIONS="--max-semi-space-size=8 --max-old-space-size=128 --expose-gc"
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

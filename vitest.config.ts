@@ -60,6 +60,7 @@ const onOneEngine = [
   'test/integration/docs-browser.test.ts',
   'test/integration/readme.test.ts',
   'test/integration/typescript-client-generated.test.ts',
+  'test/integration/typescript-client-package.test.ts',
   'test/integration/webhook-endpoints.test.ts',
   'test/integration/webhook-endpoint-deliveries.test.ts',
 ];

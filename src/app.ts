@@ -9,6 +9,7 @@ import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { registerJsonBodyParser } from './http/json.js';
 import { collectServedMethods } from './http/methods.js';
 import { type Metrics, metricsRoute } from './http/metrics.js';
+import { collectRoutePaths } from './http/nearest-route.js';
 import { registerOpenApi } from './http/openapi.js';
 import { requestIdFor } from './http/request-id.js';
 import { RequestLog } from './http/request-log.js';
@@ -77,19 +78,20 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }),
   });
 
+  const nearestRoute = collectRoutePaths(app);
   if (options.traced) await app.register(serverSpans);
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     setSecurityHeaders(request, reply, DOCS_PREFIX);
     // An unknown route is answered at once: its body is neither read nor parsed.
-    if (request.is404) notFoundHandler(request, reply);
+    if (request.is404) notFoundHandler(request, reply, nearestRoute);
     else done();
   });
   const isStopping = options.isStopping ?? (() => false);
   // Nothing runs after an answer that closes its connection; while stopping, answers close it.
   await app.register(http1, { isStopping });
   app.setErrorHandler(errorHandler);
-  app.setNotFoundHandler(notFoundHandler);
+  app.setNotFoundHandler((request, reply) => notFoundHandler(request, reply, nearestRoute));
 
   for (const schema of sharedSchemas) app.addSchema(schema);
   app.setValidatorCompiler(createValidatorCompiler(sharedSchemas));

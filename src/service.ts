@@ -8,6 +8,7 @@ import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/mi
 import type { AuthFailureStore } from './http/auth-throttle.js';
 import { HttpError } from './http/errors.js';
 import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.js';
+import { collectWhenIdle } from './idle-collection.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
@@ -96,6 +97,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     reads: () => repository?.stats().reads ?? idle,
   });
   const latestMillis = latestMigrationMillis();
+  const stopIdleCollection = collectWhenIdle();
   const app = await buildApp({
     config,
     logger,
@@ -217,6 +219,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     }
     logger.info('shutting down: finishing in-flight requests');
     try {
+      stopIdleCollection();
       // Each step waits for the one before it: requests first, then the work they started.
       await app.close();
       await metricsServer?.close();

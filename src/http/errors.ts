@@ -112,11 +112,16 @@ export function sendError(reply: FastifyReply, { statusCode, message, headers }:
   reply.code(statusCode).headers(headers).send(body);
 }
 
-export function notFoundHandler(request: FastifyRequest, reply: FastifyReply): void {
-  sendError(
-    reply,
-    new HttpError(404, `no route matches ${request.method} ${request.url.split('?')[0]}`),
-  );
+/** Answers 404, naming the route `nearest` finds a few characters from the path, if it finds one. */
+export function notFoundHandler(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  nearest?: (path: string) => string | undefined,
+): void {
+  const path = request.url.split('?')[0] ?? '';
+  const route = nearest?.(path);
+  const hint = route === undefined ? '' : `; the nearest route is ${route}`;
+  sendError(reply, new HttpError(404, `no route matches ${request.method} ${path}${hint}`));
 }
 
 // A redirect is not 2xx, so it carries the Error body too (304 has no body at all).

@@ -57,7 +57,10 @@ export async function healthRoutes(
     '/healthz',
     {
       schema: {
+        operationId: 'getHealthz',
         summary: 'Liveness: the process serves HTTP',
+        description:
+          'Answers 200 while the process serves HTTP, whatever the state of the database: an orchestrator restarts the process when it does not. Needs no token.',
         tags: ['operations'],
         security: [],
         response: {
@@ -73,7 +76,10 @@ export async function healthRoutes(
     '/readyz',
     {
       schema: {
+        operationId: 'getReadyz',
         summary: 'Readiness: the database answers and its schema is migrated',
+        description:
+          'Answers 200 when the database answers and its schema is migrated, 503 while the service starts, stops or cannot use its database: a load balancer sends requests only to a ready replica. Needs no token.',
         tags: ['operations'],
         security: [],
         response: {

@@ -124,7 +124,11 @@ export async function registerOpenApi(
         description:
           'Creates, reads, lists and deletes the plants of a store. Ids are int64, chosen by the client and stored exactly, so a create can be retried safely. Every non-2xx response has the Error body. This document is served at [/openapi.json](/openapi.json).',
         license: { name: 'MIT', identifier: 'MIT' },
+        // A self-hosted API: whoever runs the deployment answers for it.
+        contact: { name: 'The operators of this deployment' },
       },
+      // Relative: the paths are served by whatever origin serves this document.
+      servers: [{ url: '/', description: 'The service that serves this document' }],
       components: {
         securitySchemes: {
           bearerAuth: {

@@ -11,6 +11,26 @@ export function refTo<T extends TSchema>(schema: T): TUnsafe<Static<T>> {
   return Type.Unsafe<Static<T>>(Type.Ref(schema.$id));
 }
 
+/** Why `value`, which is not an int64, was refused: its JSON type, unless it is a number. */
+function int64Problem(value: unknown): string {
+  if (typeof value === 'number' || typeof value === 'bigint') {
+    return 'must be an integer in the int64 range';
+  }
+  const type =
+    value === null
+      ? 'null'
+      : Array.isArray(value)
+        ? 'an array'
+        : typeof value === 'object'
+          ? 'an object'
+          : `a ${typeof value}`;
+  const unquoted =
+    typeof value === 'string' && /^-?\d{1,20}$/.test(value)
+      ? `: write ${value}, not "${value}"`
+      : '';
+  return `must be a JSON integer, not ${type}${unquoted}`;
+}
+
 function describe(error: ValueError, part: string): string {
   const where = `${part}${error.path}`;
   switch (error.type) {
@@ -19,7 +39,7 @@ function describe(error: ValueError, part: string): string {
     case ValueErrorType.Object:
       return `${where} must be a JSON object`;
     case ValueErrorType.Kind:
-      if (error.schema[Kind] === 'Int64') return `${where} must be an integer in the int64 range`;
+      if (error.schema[Kind] === 'Int64') return `${where} ${int64Problem(error.value)}`;
       if (error.schema[Kind] === 'Text') {
         return `${where} ${textProblem(error.schema as unknown as TextOptions, error.value)}`;
       }

@@ -64,6 +64,12 @@ export interface PlantRoutesOptions {
 /** Path ids become bigints here: Fastify hands them over as text, and never rejects one. */
 async function readPlantId(request: FastifyRequest): Promise<void> {
   const { id } = request.params as { id: string };
+  if (id === '') {
+    throw new HttpError(
+      400,
+      'params/id is empty: name a plant, as in /plants/42; the list of plants is GET /plants',
+    );
+  }
   request.params = { id: parseInt64(id, 'params/id') };
 }
 

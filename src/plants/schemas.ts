@@ -126,7 +126,7 @@ export const plantErrorExamples = {
   invalidBody: {
     wrongType: errorExample(
       400,
-      'body/id must be an integer in the int64 range',
+      'body/id must be a JSON integer, not a string: write 5, not "5"',
       'The id is a string ("5"), not a number',
     ),
     emptyName: errorExample(400, 'body/name must be 1 to 256 characters long', 'The name is empty'),

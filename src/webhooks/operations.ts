@@ -91,6 +91,7 @@ export const operations = {
   getWebhookEndpoint: operation({
     operationId: 'getWebhookEndpoint',
     summary: 'Read one endpoint',
+    description: 'The endpoint with this id, as made or last changed, without its signing secret.',
     ...idParams,
     response: {
       200: { ...refTo(EndpointSchema), description: 'The endpoint, without its secret' },

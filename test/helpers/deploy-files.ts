@@ -124,11 +124,10 @@ export function imageCommand(stage = runtimeStage()): string[] {
 /** The stage's ENV variables (`ENV NAME=value ...` or `ENV NAME value`). */
 export function stageEnvironment(stage: DockerStage): Record<string, string> {
   const environment: Record<string, string> = {};
-  for (const { args } of instructionsOf(stage, 'ENV')) {
+  for (const { args, text } of instructionsOf(stage, 'ENV')) {
     if (args[0]?.includes('=')) {
-      for (const pair of args) {
-        const [name = '', ...value] = pair.split('=');
-        environment[name] = value.join('=').replace(/^"(.*)"$/, '$1');
+      for (const [, name = '', quoted, bare] of text.matchAll(/(\w+)=(?:"([^"]*)"|(\S*))/g)) {
+        environment[name] = quoted ?? bare ?? '';
       }
     } else if (args[0]) {
       environment[args[0]] = args.slice(1).join(' ');

@@ -88,8 +88,7 @@ describe('unknown routes', () => {
   it.each([
     ['GET', '/nothing-here'],
     ['GET', '/plants/1/leaves'],
-    ['DELETE', '/plants/1/'],
-    ['POST', '/plant'],
+    ['GET', '/gardens'],
   ])('answer %s %s with 404 and the Error body', async (method, url) => {
     const response = await t.app.inject({ method: method as 'GET', url });
     expect(response.statusCode).toBe(404);
@@ -97,6 +96,21 @@ describe('unknown routes', () => {
     expect(response.json()).toStrictEqual({
       error: 404,
       message: `no route matches ${method} ${url}`,
+    });
+  });
+
+  it.each([
+    ['POST', '/plant', '/plants'],
+    ['GET', '/plant/42', '/plants/{id}'],
+    ['GET', '/helthz', '/healthz'],
+    ['GET', '/webhook/endpoints', '/webhooks/endpoints'],
+    ['DELETE', '/plants/1/', '/plants/{id}'],
+  ])('answer %s %s with 404 naming the nearest route, %s', async (method, url, nearest) => {
+    const response = await t.app.inject({ method: method as 'GET', url });
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toStrictEqual({
+      error: 404,
+      message: `no route matches ${method} ${url}; the nearest route is ${nearest}`,
     });
   });
 });

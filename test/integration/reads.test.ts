@@ -87,8 +87,12 @@ describe('GET /plants/{id}', () => {
     },
   );
 
-  it('answers 400 to an empty id', async () => {
-    expectError(await get('/plants/'), 400, notCanonical);
+  it('answers 400 to an empty id, naming the list as GET /plants', async () => {
+    expectError(
+      await get('/plants/'),
+      400,
+      'params/id is empty: name a plant, as in /plants/42; the list of plants is GET /plants',
+    );
   });
 
   it.each(['9223372036854775808', '-9223372036854775809', '1'.repeat(500)])(

@@ -58,6 +58,23 @@ describe('the TypeScript client, over HTTP', () => {
     },
   );
 
+  it.each([42, 2 ** 53 + 2, '43'])(
+    'refuses the id %s, which is not a bigint, with a TypeError and sends nothing',
+    async (id) => {
+      const shown = typeof id === 'string' ? `string "${id}"` : `number ${id}`;
+      const refusal = `must be a bigint, such as 42n; got the ${shown}`;
+      const plant = { id, name: 'Never sent' } as unknown as NewPlant;
+      await expect(store.createPlant(plant)).rejects.toThrow(new TypeError(`plant.id ${refusal}`));
+      const asId = id as unknown as bigint;
+      await expect(store.getPlant(asId)).rejects.toThrow(new TypeError(`id ${refusal}`));
+      await expect(store.deletePlant(asId)).rejects.toThrow(new TypeError(`id ${refusal}`));
+      await expect(store.listPlants({ after: asId })).rejects.toThrow(
+        new TypeError(`query.after ${refusal}`),
+      );
+      expect((await failure(store.getPlant(BigInt(id)))).status).toBe(404);
+    },
+  );
+
   it('pages through every plant by following the Link header', async () => {
     const ids = [
       -9223372036854775807n,

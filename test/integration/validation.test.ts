@@ -68,10 +68,16 @@ describe('POST /plants rejects a body that is not a NewPlant with 400', () => {
   it.each([
     ['id missing', '{"name":"x"}', 'body/id is required'],
     ['name missing', '{"id":1}', 'body/name is required'],
-    ['id as a string', '{"id":"5","name":"x"}', 'body/id must be an integer in the int64 range'],
-    ['id as true', '{"id":true,"name":"x"}', 'body/id must be an integer in the int64 range'],
-    ['id as null', '{"id":null,"name":"x"}', 'body/id must be an integer in the int64 range'],
-    ['id as an array', '{"id":[1],"name":"x"}', 'body/id must be an integer in the int64 range'],
+    [
+      'id as a string of digits',
+      '{"id":"5","name":"x"}',
+      'body/id must be a JSON integer, not a string: write 5, not "5"',
+    ],
+    ['id as a word', '{"id":"five","name":"x"}', 'body/id must be a JSON integer, not a string'],
+    ['id as true', '{"id":true,"name":"x"}', 'body/id must be a JSON integer, not a boolean'],
+    ['id as null', '{"id":null,"name":"x"}', 'body/id must be a JSON integer, not null'],
+    ['id as an array', '{"id":[1],"name":"x"}', 'body/id must be a JSON integer, not an array'],
+    ['id as an object', '{"id":{},"name":"x"}', 'body/id must be a JSON integer, not an object'],
     ['a fractional id', '{"id":1.5,"name":"x"}', 'body/id must be an integer in the int64 range'],
     [
       'a fraction a double rounds to an integer',

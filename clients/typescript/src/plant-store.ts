@@ -60,6 +60,16 @@ function isErrorBody(value: unknown): value is ErrorBody {
   return typeof error === 'number' && typeof message === 'string';
 }
 
+/**
+ * `value` when it is a bigint. Anything else is refused, a safe integer too, so that an id is
+ * never sent rounded: a number above 2^53 has lost its digits before it reaches the client.
+ */
+function bigintId(value: unknown, name: string): bigint {
+  if (typeof value === 'bigint') return value;
+  const shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+  throw new TypeError(`${name} must be a bigint, such as 42n; got the ${typeof value} ${shown}`);
+}
+
 /** The target of the `rel="next"` link of `response`, resolved against the URL it answered. */
 function nextLink(response: Response, request: Request): URL | undefined {
   const header = response.headers.get('link');
@@ -79,7 +89,8 @@ function nextLink(response: Response, request: Request): URL | undefined {
 
 /**
  * A client of the Plant Store API. Ids are `bigint` both ways and exact over the whole int64
- * range; every answer that is not 2xx is thrown as a PlantStoreError.
+ * range (an id of another type is a TypeError); every answer that is not 2xx is thrown as a
+ * PlantStoreError.
  */
 export class PlantStore {
   /** The generated client, for the operations of `./generated/sdk.gen.js` that are not here. */
@@ -117,21 +128,25 @@ export class PlantStore {
 
   /** Creates a plant; sent again with the same content, answers the stored plant again. */
   async createPlant(plant: NewPlant): Promise<Plant> {
+    bigintId(plant.id, 'plant.id');
     const { data } = await addPlant({ client: this.client, body: plant, throwOnError: true });
     return data;
   }
 
   async getPlant(id: bigint): Promise<StoredPlant> {
+    bigintId(id, 'id');
     const { data } = await getPlant({ client: this.client, path: { id }, throwOnError: true });
     return data;
   }
 
   async deletePlant(id: bigint): Promise<void> {
+    bigintId(id, 'id');
     await deletePlant({ client: this.client, path: { id }, throwOnError: true });
   }
 
   /** One page of plants in ascending id order. */
   async listPlants(query: PlantQuery = {}): Promise<PlantPage> {
+    if (query.after !== undefined) bigintId(query.after, 'query.after');
     const { data, request, response } = await listPlants({
       client: this.client,
       query,

@@ -21,11 +21,15 @@ export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends 
 
 /**
  * Liveness: the process serves HTTP
+ *
+ * Answers 200 while the process serves HTTP, whatever the state of the database: an orchestrator restarts the process when it does not. Needs no token.
  */
 export const getHealthz = <ThrowOnError extends boolean = false>(options?: Options<GetHealthzData, ThrowOnError>): RequestResult<GetHealthzResponses, unknown, ThrowOnError> => (options?.client ?? client).get<GetHealthzResponses, unknown, ThrowOnError>({ url: '/healthz', ...options });
 
 /**
  * Readiness: the database answers and its schema is migrated
+ *
+ * Answers 200 when the database answers and its schema is migrated, 503 while the service starts, stops or cannot use its database: a load balancer sends requests only to a ready replica. Needs no token.
  */
 export const getReadyz = <ThrowOnError extends boolean = false>(options?: Options<GetReadyzData, ThrowOnError>): RequestResult<GetReadyzResponses, GetReadyzErrors, ThrowOnError> => (options?.client ?? client).get<GetReadyzResponses, GetReadyzErrors, ThrowOnError>({ url: '/readyz', ...options });
 
@@ -146,6 +150,8 @@ export const deleteWebhookEndpoint = <ThrowOnError extends boolean = false>(opti
 
 /**
  * Read one endpoint
+ *
+ * The endpoint with this id, as made or last changed, without its signing secret.
  */
 export const getWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<GetWebhookEndpointData, ThrowOnError>): RequestResult<GetWebhookEndpointResponses, GetWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).get<GetWebhookEndpointResponses, GetWebhookEndpointErrors, ThrowOnError>({
     security: [{
