@@ -121,7 +121,8 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
     'webhook_endpoint_list',
     sql`select ${endpointColumns(endpoints)} from webhook_endpoints
          where id > ${placeholder('after')}::bigint
-         order by id limit ${placeholder('limit')}::int`,
+         -- Qualified: a bare \`id\` would order by the text alias ('10' < '9').
+         order by webhook_endpoints.id limit ${placeholder('limit')}::int`,
   );
   // Null leaves a field as it is. Disabling keeps the reason of an endpoint already disabled
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
