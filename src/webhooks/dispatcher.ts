@@ -49,8 +49,9 @@ export interface Dispatcher {
    */
   wake(): void;
   /**
-   * An endpoint was changed, deleted or recovered here: its deliveries waiting here are given
-   * back and claimed again as it now is, at once (other processes': ENDPOINT_START_WINDOW_MS).
+   * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
+   * claim still running) is given back and claimed again as it now is, before the answer; other
+   * processes' attempts start within ENDPOINT_START_WINDOW_MS of a claim, which reads the row.
    */
   endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
@@ -138,6 +139,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       ? delivery.claimedAt + leaseMs - config.timeoutMs - START_MARGIN_MS
       : delivery.claimedAt +
         Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
+
+  /** When an endpoint was last changed here (performance.now()), for a lease after. */
+  const changedAt = new Map<string, number>();
+  /** Claimed before a change here, it may have read the endpoint as it was: given back. */
+  const predatesChange = (delivery: ClaimedDelivery) =>
+    delivery.endpoint !== undefined &&
+    delivery.claimedAt <= (changedAt.get(delivery.endpoint.key) ?? Number.NEGATIVE_INFINITY);
 
   function release(delivery: ClaimedDelivery): void {
     record({ kind: 'released', id: delivery.id, attempt: delivery.attempt });
@@ -298,8 +306,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const touched = new Set<Lane>();
     for (const delivery of deliveries) {
       const lane = laneOf(delivery);
-      if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
-      else {
+      if (!lane || stopping || lane.queue.length >= QUEUE_MAX || predatesChange(delivery)) {
+        release(delivery);
+      } else {
         lane.queue.push(delivery);
         lane.lastBusy = performance.now();
         touched.add(lane);
@@ -337,10 +346,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function poll(): void {
+    const now = performance.now();
+    for (const [key, at] of changedAt) if (now - at > leaseMs) changedAt.delete(key);
     fanOuts.fanOut(0n);
     for (const lane of lanes.values()) if (lane.endpoint === undefined) claim(lane);
     claimForEndpoints();
-    const now = performance.now();
     closeIdleLanes(now);
     sweep(now);
     pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
@@ -350,6 +360,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   return {
     wake: fanOuts.recent,
     endpointChanged(key) {
+      changedAt.set(key, performance.now());
       const lane = lanes.get(`endpoint:${key}`);
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);

@@ -26,7 +26,7 @@ export interface EndpointTarget {
 /**
  * An endpoint's delivery is attempted within this long of its claim, or given back: so an
  * attempt that starts this long after a change to its endpoint committed was claimed after it,
- * and reads the endpoint as it now is, on every replica. The API answers a change no sooner.
+ * and uses the endpoint as it now is, on every replica (the claim reads the row).
  */
 export const ENDPOINT_START_WINDOW_MS = 1000;
 

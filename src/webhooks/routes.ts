@@ -10,7 +10,6 @@ import type { EndpointStore } from './endpoints.js';
 import { DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
-import { ENDPOINT_START_WINDOW_MS } from './outbox.js';
 import {
   bodyOrEmpty,
   endpointKey,
@@ -27,13 +26,6 @@ import { attemptsJson, endpointOf } from './serialize.js';
 const JSON_TYPE = 'application/json; charset=utf-8';
 const BASE = '/webhooks/endpoints';
 
-/**
- * A change to where or how an endpoint is sent is answered once every delivery claimed before
- * it, by any replica, can no longer start: after the answer, attempts use the endpoint as it is.
- */
-const claimsOfTheOldEndpointExpired = () =>
-  new Promise((resolve) => setTimeout(resolve, ENDPOINT_START_WINDOW_MS));
-
 export interface EndpointRoutesOptions {
   /** The statements; throws (503) while the service is still opening its database. */
   endpoints: () => EndpointStore;
@@ -44,8 +36,7 @@ export interface EndpointRoutesOptions {
   limits: AuthLimits;
   /** The nesting depth a JSON body may have. */
   jsonMaxDepth: number;
-  /** Called once a change of an endpoint (or of what it is due) is committed and answered. */
-  /** Told the row key (decimal) of an endpoint once a change to it has committed. */
+  /** Told the row key (decimal) of an endpoint once a change to it has committed, before the answer. */
   onEndpointsChanged?: ((key: string) => void) | undefined;
 }
 
@@ -127,7 +118,6 @@ export async function endpointRoutes(
         const row = await answered(endpoints().patch(keyOfRequest(request), patch));
         if (!row) throw notFound();
         changed(String(keyOfRequest(request)));
-        if (url !== undefined || disabled !== undefined) await claimsOfTheOldEndpointExpired();
         return endpointOf(row);
       },
     );
@@ -146,7 +136,6 @@ export async function endpointRoutes(
       async (request, reply) => {
         if (!(await answered(endpoints().delete(keyOfRequest(request))))) throw notFound();
         changed(String(keyOfRequest(request)));
-        await claimsOfTheOldEndpointExpired();
         return reply.code(204).send(null);
       },
     );
@@ -182,7 +171,6 @@ export async function endpointRoutes(
       const rotated = await answered(endpoints().rotate(keyOfRequest(request), request.body.key));
       if (!rotated) throw notFound();
       changed(String(keyOfRequest(request)));
-      await claimsOfTheOldEndpointExpired();
       return reply.code(204).send(null);
     },
   );

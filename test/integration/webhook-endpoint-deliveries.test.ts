@@ -342,7 +342,12 @@ describe('deliveries to endpoints', () => {
 
 describe('endpoints through the API, end to end', () => {
   const ADMIN = 'admin-token-e2e-5d1f';
-  const admin = (t: TestApp, method: 'GET' | 'POST' | 'PATCH', url: string, body?: unknown) =>
+  const admin = (
+    t: TestApp,
+    method: 'GET' | 'POST' | 'PATCH' | 'DELETE',
+    url: string,
+    body?: unknown,
+  ) =>
     t.app.inject({
       method,
       url,
@@ -440,5 +445,45 @@ describe('endpoints through the API, end to end', () => {
       (r) => r.body === '{"id":3,"name":"Aloe"}' && r !== requests[2],
     );
     expect(redelivered?.headers['webhook-id']).toBe(requests[2]?.headers['webhook-id']);
+  });
+
+  it('answers each change within 300 ms; the next delivery goes as changed, here and on another replica', async () => {
+    const before = await receiver(generateSecret());
+    const after = await receiver(generateSecret());
+    const t = await app();
+    const other = await startTestApp({
+      replicaOf: t,
+      env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
+      webhooks: { timeoutMs: 1000, retrySchedule: [0.1] },
+    });
+    open.push(other);
+    const timed = async (method: 'PATCH' | 'POST' | 'DELETE', url: string, body?: unknown) => {
+      const started = performance.now();
+      const response = await admin(other, method, url, body);
+      expect(performance.now() - started, `${method} ${url}`).toBeLessThan(300);
+      return response;
+    };
+    const created = await admin(other, 'POST', '/webhooks/endpoints', { url: before.url });
+    const { id } = created.json() as { id: string };
+    expect((await postPlant(other.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await before.waitFor(1);
+
+    const patched = await timed('PATCH', `/webhooks/endpoints/${id}`, { url: after.url });
+    expect(patched.statusCode).toBe(200);
+    expect((await postPlant(other.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    await after.waitFor(1);
+    // Within a second, every replica sends as changed.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
+    await after.waitFor(2);
+    expect(before.requests.map((r) => r.body)).toStrictEqual(['{"id":1,"name":"Aloe"}']);
+
+    const rotated = await timed('POST', `/webhooks/endpoints/${id}/secret/rotate`, {});
+    expect(rotated.statusCode).toBe(204);
+    const deleted = await timed('DELETE', `/webhooks/endpoints/${id}`);
+    expect(deleted.statusCode).toBe(204);
+    expect((await postPlant(other.app, { id: 4, name: 'Aloe' })).statusCode).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(after.requests).toHaveLength(2);
   });
 });
