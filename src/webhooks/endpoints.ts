@@ -96,6 +96,18 @@ const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.ur
   ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
 
 const endpoints = sql.raw('webhook_endpoints');
+
+/**
+ * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body) that an endpoint
+ * being disabled misses as an entry of its attempt log, so an admin sees what recover will send.
+ */
+export const missedLog = (deliveries: string) =>
+  sql.raw(`missed_log_${deliveries} as (
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded, error, duration_ms)
+          select endpoint_id, event_id,
+                 substring(body from '^\\{"id":(-?\\d{1,19})[,}]')::int8, false, 'endpoint disabled', 0
+            from ${deliveries}
+        )`);
 const endpointKey = sql`${placeholder('id')}::bigint`;
 
 /** The statements of the management API over `db`, each prepared once. */
@@ -148,7 +160,9 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
           update webhook_deliveries
              set failed_at = now(), last_error = 'endpoint disabled'
            where endpoint_id = (select id from changed where disabled) and failed_at is null
-        )
+          returning endpoint_id, event_id, body
+        ),
+        ${missedLog('given_up')}
         select ${endpointColumns(sql.raw('changed'))} from changed`,
   );
   const remove = prepareStatement<{ id: string }>(

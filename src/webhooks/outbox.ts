@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
+import { missedLog } from './endpoints.js';
 
 /** What the dispatcher's statements need to know. */
 export interface OutboxOptions {
@@ -171,8 +172,10 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                  case when targets.disabled then 'endpoint disabled' end
             from taken join targets
               on targets.since is null or targets.since <= taken.created_at
-          returning id, event_id, url, endpoint_id, failed_at is null as claimed
-        )
+          returning id, event_id, url, endpoint_id, body, failed_at is null as claimed
+        ),
+        missed as (select endpoint_id, event_id, body from written where not claimed),
+        ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, written.url, ${endpointColumns}, taken.body,
                1 as attempts, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,

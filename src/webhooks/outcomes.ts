@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import type { AttemptResult } from './attempt.js';
+import { missedLog } from './endpoints.js';
 import { describeFailure, type NextStep } from './schedule.js';
 
 /** What the attempt log keeps of an attempt to an endpoint. */
@@ -166,7 +167,9 @@ export function createOutcomeStatements(
              set failed_at = now(), last_error = 'endpoint disabled'
             from changed as c
            where c.disabled and d.endpoint_id = c.id and d.failed_at is null
-        )
+          returning d.endpoint_id, d.event_id, d.body
+        ),
+        ${missedLog('missed')}
         select id::text as key, disabled_reason as reason from changed where disabled`,
   );
 

@@ -415,15 +415,26 @@ describe('endpoints through the API, end to end', () => {
 
     const log = await eventually(
       async () => (await admin(t, 'GET', `/webhooks/endpoints/${id}/attempts`)).json(),
-      (attempts: unknown[]) => attempts.length === 3,
+      (attempts: unknown[]) => attempts.length === 4,
     );
     const listed = log as Array<{ plantId: number; status: string }>;
     expect(listed.map((a) => [a.plantId, a.status])).toStrictEqual([
+      [4, 'failed'],
       [3, 'failed'],
       [2, 'succeeded'],
       [1, 'succeeded'],
     ]);
-    expect(log[0]).toMatchObject({ responseStatus: 410 });
+    // What the disabled endpoint missed is in its log, as no attempt.
+    expect(log[0]).toStrictEqual({
+      id: expect.stringMatching(/^att_/),
+      eventId: expect.stringMatching(/^msg_/),
+      plantId: 4,
+      status: 'failed',
+      error: 'endpoint disabled',
+      durationMs: 0,
+      attemptedAt: expect.any(String),
+    });
+    expect(log[1]).toMatchObject({ responseStatus: 410 });
 
     // Enabled again and recovered: both missed plants arrive, with their first webhook-id.
     status = 200;
@@ -445,6 +456,8 @@ describe('endpoints through the API, end to end', () => {
       (r) => r.body === '{"id":3,"name":"Aloe"}' && r !== requests[2],
     );
     expect(redelivered?.headers['webhook-id']).toBe(requests[2]?.headers['webhook-id']);
+    const missedAgain = requests.find((r) => r.body === '{"id":4,"name":"Aloe"}');
+    expect(missedAgain?.headers['webhook-id']).toBe((log[0] as { eventId: string }).eventId);
   });
 
   it('answers each change within 300 ms; the next delivery goes as changed, here and on another replica', async () => {
