@@ -11,10 +11,16 @@ import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
+import {
+  createDispatcher,
+  DECLARED_FOR_MS,
+  type Dispatcher,
+  leaseMsFor,
+} from './webhooks/dispatcher.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createOutbox } from './webhooks/outbox.js';
+import { sealSecret } from './webhooks/secrets.js';
 import { createUpkeep } from './webhooks/upkeep.js';
 
 export interface ServiceDeps {
@@ -170,13 +176,22 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;
+    const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks) });
+    // Before the first create: its events are recorded for them.
+    await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
+      outbox.declare(
+        webhooks.urls,
+        webhooks.secret && sealSecret(webhooks.secret, webhooks.encryptionKey),
+        DECLARED_FOR_MS,
+      ),
+    );
+    if (stopping) return;
     repository = deps.repository
       ? deps.repository(db)
       : createPlantRepository(db.db, {
           textAsBytes: db.engine === 'pglite',
           databaseUrl: config.database.url,
-          // Static subscribers want every event; endpoints live in the database, which knows.
-          recordEvents: webhooks.urls.length > 0 ? 'always' : 'when-subscribed',
+          recordEvents: true,
           onCreated: () => dispatcher?.wake(),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
@@ -186,7 +201,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       db: db.db,
       config: webhooks,
       logger,
-      outbox: createOutbox(db.db, { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) }),
+      outbox,
       upkeep,
       metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
     });

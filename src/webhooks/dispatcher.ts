@@ -10,7 +10,6 @@ import {
   type ClaimedDelivery,
   createOutbox,
   ENDPOINT_START_WINDOW_MS,
-  laneKeyOf,
   type Outbox,
 } from './outbox.js';
 import {
@@ -39,6 +38,10 @@ const IDLE_LANE_MS = 60_000;
 const FAN_OUT_LIMIT = 1000;
 /** A woken fan-out looks this many positions before the last event taken (see fan-out.ts). */
 const FAN_OUT_MARGIN = 10_000n;
+/** A WEBHOOK_URLS endpoint receives this long after the last replica declaring it stopped. */
+export const DECLARED_FOR_MS = 60_000;
+/** How often a running process declares its WEBHOOK_URLS again: well within DECLARED_FOR_MS. */
+const DECLARE_AGAIN_MS = 10_000;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
 
@@ -83,8 +86,8 @@ export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
 }
 
 /**
- * Delivers the newPlant webhook to static URLs and to endpoints. A fan-out takes the events
- * that writers recorded, writes one delivery per subscriber, born claimed by this process, and
+ * Delivers the newPlant webhook to every endpoint, configured or made through the API. A fan-out
+ * takes the events that writers recorded, writes one delivery per endpoint, born claimed by this process, and
  * attempts them at once; it runs when this process is woken after recording events and at every
  * poll, so events that a dead process recorded are fanned out by any other. A poll also claims
  * whatever deliveries are due (retries, those whose holder died). Both take rows with FOR UPDATE
@@ -95,7 +98,7 @@ export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { config, logger, metrics } = options;
   const leaseMs = leaseMsFor(config);
-  const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
+  const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const recorder = createRecorder(
     options.outcomes ?? createOutcomeStatements(options.db, config),
@@ -113,38 +116,31 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let pollTimer: NodeJS.Timeout | undefined;
   let lastSweep = performance.now();
 
+  /** One lane per endpoint, by its row key. */
   const lanes = new Map<string, Lane>();
-  if (config.secret !== undefined) {
-    for (const url of config.urls) lanes.set(url, makeLanes.staticLane(url, config.secret));
-  }
 
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
-  function laneOf(delivery: ClaimedDelivery): Lane | undefined {
-    const key = laneKeyOf(delivery);
-    let lane = lanes.get(key);
-    if (delivery.endpoint === undefined) return lane;
+  function laneOf(delivery: ClaimedDelivery): Lane {
+    let lane = lanes.get(delivery.endpoint.key);
     if (lane === undefined) {
-      lane = makeLanes.endpointLane(delivery.endpoint);
-      lanes.set(key, lane);
+      lane = makeLanes.lane(delivery.endpoint);
+      lanes.set(delivery.endpoint.key, lane);
     } else makeLanes.retarget(lane, delivery.endpoint);
     return lane;
   }
 
   /**
-   * The latest moment an attempt of `delivery` may start: within its claim, and for an
-   * endpoint within ENDPOINT_START_WINDOW_MS of it, so that no attempt uses what an endpoint was.
+   * The latest moment an attempt of `delivery` may start: within its claim, and within
+   * ENDPOINT_START_WINDOW_MS of it, so that no attempt uses what an endpoint was.
    */
   const startBy = (delivery: ClaimedDelivery) =>
-    delivery.endpoint === undefined
-      ? delivery.claimedAt + leaseMs - config.timeoutMs - START_MARGIN_MS
-      : delivery.claimedAt +
-        Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
+    delivery.claimedAt +
+    Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
 
   /** When an endpoint was last changed here (performance.now()), for a lease after. */
   const changedAt = new Map<string, number>();
   /** Claimed before a change here, it may have read the endpoint as it was: given back. */
   const predatesChange = (delivery: ClaimedDelivery) =>
-    delivery.endpoint !== undefined &&
     delivery.claimedAt <= (changedAt.get(delivery.endpoint.key) ?? Number.NEGATIVE_INFINITY);
 
   function release(delivery: ClaimedDelivery): void {
@@ -183,7 +179,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     metrics?.observeAttempt(result);
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
-    const logged = lane.endpoint !== undefined && {
+    const logged = {
       record: attemptRecord(lane.endpoint, delivery, result, step, { startedAt, durationMs }),
     };
     if (failure === undefined) {
@@ -199,7 +195,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       webhookId: webhookId(delivery.eventId),
       deliveryId: delivery.id,
       receiver: lane.receiver,
-      ...(lane.endpoint !== undefined && { endpoint: lane.endpoint }),
+      endpoint: lane.endpoint,
       attempt: delivery.attempt,
       ...(failure.status === undefined ? { error: failure.error } : { status: failure.status }),
     };
@@ -225,7 +221,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const gone = reason === GONE_REASON;
       metrics?.observeEndpointDisabled(gone ? 'gone' : 'failing');
       logger.warn({ endpoint: key, reason }, `webhook endpoint disabled: ${reason}`);
-      const lane = lanes.get(`endpoint:${key}`);
+      const lane = lanes.get(key);
       if (lane) for (const delivery of lane.queue.splice(0)) release(delivery);
     }
   }
@@ -256,11 +252,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const free = config.concurrency - lane.inFlight.size - lane.queue.length;
     if (free <= 0) return;
     lane.claiming = true;
-    const claimed =
-      lane.endpoint === undefined
-        ? outbox.claim(lane.url, free)
-        : outbox.claimForEndpoints(free, lane.endpoint, []);
-    claimed
+    outbox
+      .claim(free, lane.endpoint, [])
       .then(
         (deliveries) => {
           lane.backlog = deliveries.length === free;
@@ -288,11 +281,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const busy: string[] = [];
     for (const lane of lanes.values()) {
       const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
-      if (lane.endpoint !== undefined && (full || lane.claiming)) busy.push(lane.endpoint);
+      if (full || lane.claiming) busy.push(lane.endpoint);
     }
     claimingEndpoints = true;
     outbox
-      .claimForEndpoints(config.concurrency, undefined, busy)
+      .claim(config.concurrency, undefined, busy)
       .then(enqueue, (error) => {
         logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
       })
@@ -306,7 +299,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const touched = new Set<Lane>();
     for (const delivery of deliveries) {
       const lane = laneOf(delivery);
-      if (!lane || stopping || lane.queue.length >= QUEUE_MAX || predatesChange(delivery)) {
+      if (stopping || lane.queue.length >= QUEUE_MAX || predatesChange(delivery)) {
         release(delivery);
       } else {
         lane.queue.push(delivery);
@@ -329,12 +322,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function closeIdleLanes(now: number): void {
     for (const [key, lane] of lanes) {
       const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
-      if (lane.endpoint !== undefined && idle && now - lane.lastBusy > IDLE_LANE_MS) {
+      if (idle && now - lane.lastBusy > IDLE_LANE_MS) {
         clearTimeout(lane.wakeTimer);
         lanes.delete(key);
         void lane.pool.close().catch(() => {});
       }
     }
+  }
+
+  let lastDeclared = performance.now();
+  /** Keeps the WEBHOOK_URLS endpoints receiving while this process runs. */
+  function declareAgain(now: number): void {
+    if (now - lastDeclared < DECLARE_AGAIN_MS) return;
+    lastDeclared = now;
+    outbox.declare(config.urls, undefined, DECLARED_FOR_MS).catch((error) => {
+      logger.warn({ err: error }, 'WEBHOOK_URLS endpoints not declared again');
+    });
   }
 
   function sweep(now: number): void {
@@ -349,8 +352,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const now = performance.now();
     for (const [key, at] of changedAt) if (now - at > leaseMs) changedAt.delete(key);
     fanOuts.fanOut(0n);
-    for (const lane of lanes.values()) if (lane.endpoint === undefined) claim(lane);
     claimForEndpoints();
+    declareAgain(now);
     closeIdleLanes(now);
     sweep(now);
     pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
@@ -361,7 +364,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     wake: fanOuts.recent,
     endpointChanged(key) {
       changedAt.set(key, performance.now());
-      const lane = lanes.get(`endpoint:${key}`);
+      const lane = lanes.get(key);
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);
       // Once the releases are written, the claim reads the endpoint as it now is (a recover's

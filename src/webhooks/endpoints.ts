@@ -12,6 +12,8 @@ export interface EndpointRow {
   description: string;
   disabled: boolean;
   disabledReason: string | null;
+  /** Declared by WEBHOOK_URLS: the API cannot change it. */
+  configured: boolean;
   /** RFC 3339, UTC, with milliseconds. */
   createdAt: string;
   updatedAt: string;
@@ -52,7 +54,10 @@ export interface EndpointStoreOptions {
   rotationGraceS: number;
 }
 
-/** The statements of the management API; each returns undefined for an endpoint that is not. */
+/**
+ * The statements of the management API; each returns undefined for an endpoint that is not,
+ * and those that change one, for a configured one too (the route tells which).
+ */
 export interface EndpointStore {
   create(endpoint: NewEndpoint): Promise<EndpointRow>;
   get(key: bigint): Promise<EndpointRow | undefined>;
@@ -92,10 +97,20 @@ const rfc3339 = (column: SQL) =>
 
 const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.url,
   ${table}.description, ${table}.disabled, ${table}.disabled_reason as "disabledReason",
+  ${table}.configured,
   ${rfc3339(sql`${table}.created_at`)} as "createdAt",
   ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
 
 const endpoints = sql.raw('webhook_endpoints');
+
+/** Held shared by each create while it records events (see record_created_events). */
+const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
+/** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
+export const SUBSCRIPTION_LOCKED = sql.raw(
+  `(select pg_advisory_xact_lock(${SUBSCRIPTION_LOCK_KEY})) as subscription_locked`,
+);
+/** Above every event recorded before the lock, below every one after it. */
+export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
 
 /**
  * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body) that an endpoint
@@ -115,12 +130,14 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   const { encryptionKey } = options;
   const grace = Math.trunc(options.rotationGraceS);
 
+  // Under the subscription lock: every create's events are recorded before, or after and for it.
   const insert = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_create',
-    sql`insert into webhook_endpoints (url, description, disabled, secret)
-        values (${placeholder('url')}::text, ${placeholder('description')}::text,
-                ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text)
+    sql`insert into webhook_endpoints (url, description, disabled, secret, since_event)
+        select ${placeholder('url')}::text, ${placeholder('description')}::text,
+               ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text, ${NEXT_EVENT}
+          from ${SUBSCRIPTION_LOCKED}
         returning ${endpointColumns(endpoints)}`,
   );
   const select = prepareStatement<EndpointRow>(
@@ -153,7 +170,7 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
                  updated_at = now()
-           where id = ${endpointKey}
+           where id = ${endpointKey} and not configured
           returning *
         ),
         given_up as (
@@ -168,12 +185,13 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   const remove = prepareStatement<{ id: string }>(
     db,
     'webhook_endpoint_delete',
-    sql`delete from webhook_endpoints where id = ${endpointKey} returning id::text`,
+    sql`delete from webhook_endpoints where id = ${endpointKey} and not configured
+        returning id::text`,
   );
   const selectSecret = prepareStatement<{ secret: string }>(
     db,
     'webhook_endpoint_secret',
-    sql`select secret from webhook_endpoints where id = ${endpointKey}`,
+    sql`select secret from webhook_endpoints where id = ${endpointKey} and not configured`,
   );
   const rotation = prepareStatement<{ id: string }>(
     db,
@@ -183,7 +201,7 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
                previous_secret_until = clock_timestamp() + ${sql.raw(`interval '${grace} seconds'`)},
                secret = ${placeholder('secret')}::text,
                updated_at = now()
-         where id = ${endpointKey}
+         where id = ${endpointKey} and not configured
         returning id::text`,
   );
   // One row with null columns when the endpoint has no such attempt; none when it does not exist.

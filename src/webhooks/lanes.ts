@@ -8,11 +8,10 @@ import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
 import { openSecret } from './secrets.js';
 import { signingKey, webhookId } from './signature.js';
 
-/** One subscriber, a static URL or an endpoint: its connections, its queue, its attempts. */
+/** One endpoint: its connections, its queue, its attempts. */
 export interface Lane {
-  key: string;
-  /** The endpoint's row key; undefined for a static URL. */
-  endpoint: string | undefined;
+  /** The endpoint's row key. */
+  endpoint: string;
   url: string;
   /** Origin and path, for the log: a query string may carry a credential. */
   receiver: string;
@@ -22,6 +21,8 @@ export interface Lane {
   pool: Pool;
   /** The keys that sign its deliveries (new, then old during a rotation), or why there are none. */
   keys: readonly KeyObject[] | 'unreadable';
+  /** Its connections refuse private networks (see destination.ts). */
+  guarded: boolean;
   /** The URL names a host that deliveries must not reach (checked before connecting). */
   forbidden: boolean;
   /** The sealed secrets `keys` were made from: they change only on a rotation. */
@@ -43,7 +44,7 @@ export interface Lane {
 export interface LaneOptions {
   timeoutMs: number;
   concurrency: number;
-  /** Endpoints may reach private networks (static URLs always may). */
+  /** Endpoints may reach private networks (configured ones always may). */
   allowPrivateNetworks: boolean;
   encryptionKey: Buffer | undefined;
 }
@@ -61,6 +62,10 @@ export function createLanes(options: LaneOptions) {
     return key;
   };
 
+  /** The operator's WEBHOOK_URLS are trusted; an API-made endpoint is not, unless allowed. */
+  const guardedFor = (target: EndpointTarget) =>
+    !target.configured && !options.allowPrivateNetworks;
+
   function poolFor(url: URL, guarded: boolean): Pool {
     return new Pool(url.origin, {
       connections: options.concurrency,
@@ -69,26 +74,30 @@ export function createLanes(options: LaneOptions) {
   }
 
   /** Points the lane at `url`: a new pool when the origin changed. */
-  function aim(lane: Omit<Lane, 'pool'> & { pool?: Pool }, href: string): void {
+  function aim(lane: Omit<Lane, 'pool'> & { pool?: Pool }, href: string, guarded: boolean): void {
     const url = new URL(href);
-    const guarded = lane.endpoint !== undefined && !options.allowPrivateNetworks;
-    if (lane.pool === undefined || new URL(lane.url).origin !== url.origin) {
+    if (
+      lane.pool === undefined ||
+      new URL(lane.url).origin !== url.origin ||
+      lane.guarded !== guarded
+    ) {
       const old = lane.pool;
       lane.pool = poolFor(url, guarded);
       // Attempts in flight on the old pool finish there.
       if (old) void old.close().catch(() => {});
     }
     lane.url = href;
+    lane.guarded = guarded;
     lane.receiver = `${url.origin}${url.pathname}`;
     lane.receiverAttributes = receiverSpanAttributes(url, lane.receiver);
     lane.path = `${url.pathname}${url.search}`;
     lane.forbidden = guarded && forbiddenHost(url.hostname);
   }
 
-  function blank(key: string, endpoint: string | undefined, url: string) {
+  function blank(endpoint: string, url: string) {
     return {
-      key,
       endpoint,
+      guarded: false,
       url,
       receiver: '',
       receiverAttributes: {},
@@ -109,21 +118,10 @@ export function createLanes(options: LaneOptions) {
   }
 
   return {
-    /** A static subscriber's lane, signed with the operator's secret. */
-    staticLane(url: string, secret: string): Lane {
-      const lane: Omit<Lane, 'pool'> & { pool?: Pool } = blank(url, undefined, url);
-      aim(lane, url);
-      lane.keys = [signingKey(secret)];
-      return lane as Lane;
-    },
     /** An endpoint's lane, as `target` says it is now. */
-    endpointLane(target: EndpointTarget): Lane {
-      const lane: Omit<Lane, 'pool'> & { pool?: Pool } = blank(
-        `endpoint:${target.key}`,
-        target.key,
-        target.url,
-      );
-      aim(lane, target.url);
+    lane(target: EndpointTarget): Lane {
+      const lane: Omit<Lane, 'pool'> & { pool?: Pool } = blank(target.key, target.url);
+      aim(lane, target.url, guardedFor(target));
       const made = lane as Lane;
       this.retarget(made, target);
       return made;
@@ -133,7 +131,8 @@ export function createLanes(options: LaneOptions) {
       // A claim that read the endpoint before a change may finish after one that read it after.
       if (target.version < lane.version) return;
       lane.version = target.version;
-      if (target.url !== lane.url) aim(lane, target.url);
+      const guarded = guardedFor(target);
+      if (target.url !== lane.url || guarded !== lane.guarded) aim(lane, target.url, guarded);
       const sealed = `${target.secret} ${target.previousSecret ?? ''}`;
       if (sealed === lane.sealed) return;
       lane.sealed = sealed;

@@ -1,12 +1,10 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { missedLog } from './endpoints.js';
+import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 
 /** What the dispatcher's statements need to know. */
 export interface OutboxOptions {
-  /** The static subscribers: every event gets one delivery per URL. */
-  urls: string[];
   /** How long a process holds the deliveries it claims before any process may claim them. */
   leaseMs: number;
 }
@@ -22,6 +20,8 @@ export interface EndpointTarget {
   previousSecret: string | undefined;
   /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
   version: number;
+  /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
+  configured: boolean;
 }
 
 /**
@@ -36,10 +36,8 @@ export interface ClaimedDelivery {
   id: string;
   /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
   eventId: string;
-  /** A static subscriber's URL; undefined for an endpoint's delivery. */
-  url: string | undefined;
-  /** The endpoint, as it was when the delivery was claimed; undefined for a static URL. */
-  endpoint: EndpointTarget | undefined;
+  /** The endpoint, as it was when the delivery was claimed. */
+  endpoint: EndpointTarget;
   /** The exact bytes to sign and send. */
   body: string;
   /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
@@ -52,10 +50,6 @@ export interface ClaimedDelivery {
   traceparent?: string | undefined;
 }
 
-/** The queue a delivery waits in: one per static URL and one per endpoint. */
-export const laneKeyOf = (delivery: Pick<ClaimedDelivery, 'url' | 'endpoint'>) =>
-  delivery.url ?? `endpoint:${delivery.endpoint?.key}`;
-
 export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
 
@@ -63,12 +57,12 @@ export const leaseEnd = (leaseMs: number) =>
 interface DeliveryRow {
   id: string;
   event_id: string;
-  url: string | null;
-  endpoint_key: string | null;
-  endpoint_url: string | null;
-  secret: string | null;
+  endpoint_key: string;
+  endpoint_url: string;
+  secret: string;
   previous_secret: string | null;
-  endpoint_version: number | null;
+  endpoint_version: number;
+  configured: boolean;
   body: string;
   attempts: number;
   created_ms: number;
@@ -85,24 +79,23 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
 /** The target of an endpoint's delivery, read beside it; the old key only within its grace. */
 const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
   e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
-  (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version`);
+  (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
+
+/** Endpoints that receive: a configured one only while some running replica declares it. */
+const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
-  const endpoint: EndpointTarget | undefined =
-    row.endpoint_key === null
-      ? undefined
-      : {
-          key: row.endpoint_key,
-          url: row.endpoint_url ?? '',
-          secret: row.secret ?? '',
-          previousSecret: row.previous_secret ?? undefined,
-          version: row.endpoint_version ?? 0,
-        };
   return {
     id: row.id,
     eventId: row.event_id,
-    url: row.url ?? undefined,
-    endpoint,
+    endpoint: {
+      key: row.endpoint_key,
+      url: row.endpoint_url,
+      secret: row.secret,
+      previousSecret: row.previous_secret ?? undefined,
+      version: row.endpoint_version,
+      configured: row.configured,
+    },
     body: row.body,
     attempt: row.attempts,
     claimedAt,
@@ -121,30 +114,28 @@ export interface FanOut {
 export interface Outbox {
   /**
    * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
-   * those another process is taking, and turns each into one delivery per static URL and per
-   * endpoint whose creating transaction started before the event's, born claimed by this process (attempt 1,
-   * for the lease); a disabled endpoint's is born failed ("endpoint disabled"). The events go.
+   * those another process is taking, and turns each into one delivery per receiving endpoint
+   * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
+   * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
    */
   fanOut(limit: number, after: bigint): Promise<FanOut>;
-  /** Claims up to `limit` due deliveries of `url`, oldest first, skipping rows others hold. */
-  claim(url: string, limit: number): Promise<ClaimedDelivery[]>;
   /**
-   * Claims due deliveries of enabled endpoints, up to `limit` per endpoint, oldest first: of
-   * `only` when given, otherwise of every endpoint but those in `busy`.
+   * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
+   * first: of `only` when given, otherwise of every endpoint but those in `busy`.
    */
-  claimForEndpoints(
-    limit: number,
-    only: string | undefined,
-    busy: string[],
-  ): Promise<ClaimedDelivery[]>;
+  claim(limit: number, only: string | undefined, busy: string[]): Promise<ClaimedDelivery[]>;
+  /**
+   * Declares the WEBHOOK_URLS endpoints, signed with `secret` (sealed), until `untilMs` from
+   * now, and moves to them the deliveries older releases wrote by URL. `secret` undefined only
+   * renews the declaration.
+   */
+  declare(urls: string[], secret: string | undefined, untilMs: number): Promise<void>;
 }
 
 /** The statements that hand deliveries to dispatchers, each prepared once. */
 export function createOutbox(db: Database, options: OutboxOptions): Outbox {
   // One statement, one transaction: an event goes only with its deliveries written, so one
   // taken by a process that dies before the commit stays for the next fan-out of any process.
-  // An endpoint gets the events recorded after it was made (both times are of their
-  // transactions' starts, from one clock).
   const fanOut = prepareStatement<FanOutRow>(
     db,
     'webhook_fan_out',
@@ -156,55 +147,33 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                       for update skip locked))
           returning id, event_id, body, traceparent, created_at
         ),
-        targets as (
-          select urls.url, null::int8 as endpoint_id, false as disabled, null::timestamptz as since
-            from unnest(${sql.placeholder('urls')}::text[]) as urls(url)
-          union all
-          select null, id, disabled, created_at from webhook_endpoints
-        ),
         written as (
-          insert into webhook_deliveries (event_id, url, endpoint_id, body, created_at, attempts,
+          insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
                                           next_attempt_at, failed_at, last_error)
-          select taken.event_id, targets.url, targets.endpoint_id, taken.body, taken.created_at,
-                 case when targets.disabled then 0 else 1 end,
-                 case when targets.disabled then now() else ${leaseEnd(options.leaseMs)} end,
-                 case when targets.disabled then now() end,
-                 case when targets.disabled then 'endpoint disabled' end
-            from taken join targets
-              on targets.since is null or targets.since <= taken.created_at
-          returning id, event_id, url, endpoint_id, body, failed_at is null as claimed
+          select taken.event_id, e.id, taken.body, taken.created_at,
+                 case when e.disabled then 0 else 1 end,
+                 case when e.disabled then now() else ${leaseEnd(options.leaseMs)} end,
+                 case when e.disabled then now() end,
+                 case when e.disabled then 'endpoint disabled' end
+            from taken join webhook_endpoints as e
+              on e.since_event < taken.id and ${receiving}
+          returning id, event_id, endpoint_id, body, failed_at is null as claimed
         ),
         missed as (select endpoint_id, event_id, body from written where not claimed),
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
-               taken.event_id::text as event_id, written.url, ${endpointColumns}, taken.body,
+               taken.event_id::text as event_id, ${endpointColumns}, taken.body,
                1 as attempts, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken
           left join written on written.event_id = taken.event_id and written.claimed
           left join webhook_endpoints as e on e.id = written.endpoint_id`,
   );
-  // `= any(array(...))` runs the locking subquery once, so a claim takes at most `limit` rows.
+  // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
+  // `= any(array(...))` runs the locking subquery once, so a claim takes at most its limit.
   const claim = prepareStatement<DeliveryRow>(
     db,
     'webhook_claim',
-    sql`update webhook_deliveries
-           set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
-         where id = any(array(
-                 select id from webhook_deliveries
-                  where url = ${sql.placeholder('url')} and failed_at is null
-                    and next_attempt_at <= now()
-                  order by next_attempt_at
-                  limit ${sql.placeholder('limit')}
-                    for update skip locked))
-     returning id::text as id, event_id::text as event_id, url, null::text as endpoint_key,
-               null::text as endpoint_url, null::text as secret, null::text as previous_secret,
-               null::float8 as endpoint_version, body, attempts, (extract(epoch from created_at) * 1000)::float8 as created_ms`,
-  );
-  // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
-  const claimForEndpoints = prepareStatement<DeliveryRow>(
-    db,
-    'webhook_claim_endpoints',
     sql`with claimed as (
           update webhook_deliveries
              set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
@@ -217,22 +186,60 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                        order by d.next_attempt_at
                        limit ${sql.placeholder('limit')}
                          for update skip locked) as due
-                    where not e.disabled
+                    where not e.disabled and ${receiving}
                       and (${sql.placeholder('only')}::int8 is null
                            or e.id = ${sql.placeholder('only')}::int8)
                       and e.id <> all(${sql.placeholder('busy')}::int8[])))
           returning id, event_id, endpoint_id, body, attempts, created_at
         )
-        select claimed.id::text as id, claimed.event_id::text as event_id, null::text as url,
+        select claimed.id::text as id, claimed.event_id::text as event_id,
                ${endpointColumns}, claimed.body, claimed.attempts,
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
+  );
+  // A URL declared for the first time takes the subscription lock, as any new endpoint does;
+  // one already declared is updated first, so a restart uses up no id.
+  const declare = prepareStatement(
+    db,
+    'webhook_declare',
+    sql`with updated as (
+          update webhook_endpoints
+             set secret = ${sql.placeholder('secret')}::text, updated_at = now(),
+                 declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
+           where configured and url = any(${sql.placeholder('urls')}::text[])
+          returning id, url
+        ),
+        inserted as (
+          insert into webhook_endpoints (url, secret, configured, declared_until, since_event)
+          select urls.url, ${sql.placeholder('secret')}::text, true,
+                 now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond', ${NEXT_EVENT}
+            from ${SUBSCRIPTION_LOCKED}, unnest(${sql.placeholder('urls')}::text[]) as urls(url)
+           where urls.url not in (select url from updated)
+          on conflict (url) where configured do nothing
+          returning id, url
+        ),
+        declared as (select * from updated union all select * from inserted)
+        update webhook_deliveries as d set endpoint_id = declared.id, url = null
+          from declared where d.url = declared.url`,
+  );
+  const renew = prepareStatement(
+    db,
+    'webhook_declare_again',
+    sql`with renewed as (
+          update webhook_endpoints
+             set declared_until = greatest(declared_until,
+                   now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond')
+           where configured and url = any(${sql.placeholder('urls')}::text[])
+          returning id, url
+        )
+        update webhook_deliveries as d set endpoint_id = renewed.id, url = null
+          from renewed where d.url = renewed.url`,
   );
 
   return {
     async fanOut(limit, after) {
       const claimedAt = performance.now();
-      const rows = await fanOut.execute({ limit, after, urls: options.urls });
+      const rows = await fanOut.execute({ limit, after });
       const events = new Set<string>();
       let last: bigint | undefined;
       const deliveries: ClaimedDelivery[] = [];
@@ -247,15 +254,15 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
       }
       return { events: events.size, last, deliveries };
     },
-    async claim(url, limit) {
+    async claim(limit, only, busy) {
       const claimedAt = performance.now();
-      const rows = await claim.execute({ url, limit });
+      const rows = await claim.execute({ limit, only: only ?? null, busy });
       return rows.map((row) => deliveryOf(row, claimedAt));
     },
-    async claimForEndpoints(limit, only, busy) {
-      const claimedAt = performance.now();
-      const rows = await claimForEndpoints.execute({ limit, only: only ?? null, busy });
-      return rows.map((row) => deliveryOf(row, claimedAt));
+    async declare(urls, secret, untilMs) {
+      if (urls.length === 0) return;
+      const values = { urls, untilMs: Math.trunc(untilMs) };
+      await (secret === undefined ? renew.execute(values) : declare.execute({ ...values, secret }));
     },
   };
 }

@@ -145,7 +145,8 @@ export function createOutcomeStatements(
             from unnest(${sql.placeholder('healthEndpoints')}::int8[], ${sql.placeholder('ok')}::bool[],
                         ${sql.placeholder('gone')}::bool[]) as h(id, ok, gone)
             join webhook_endpoints as e on e.id = h.id
-           where not e.disabled and not (h.ok and e.failing_since is null)
+           -- A configured endpoint is never disabled: a 410 ends that delivery alone.
+           where not e.disabled and not e.configured and not (h.ok and e.failing_since is null)
            -- Always in one order, so that two processes' batches cannot deadlock.
            order by e.id
              for no key update of e

@@ -7,7 +7,7 @@ import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
-import { DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
+import { CONFIGURED_MESSAGE, DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
 import {
@@ -49,6 +49,11 @@ export async function endpointRoutes(
   await requireBearerToken(app, verifyToken, limits);
   const answered = answerWithin(options.answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  /** Why a change found no endpoint to change: it is not (404), or WEBHOOK_URLS owns it (409). */
+  const notChangeable = async (request: { params: { id: string } }) =>
+    (await answered(endpoints().get(keyOfRequest(request))))?.configured
+      ? new HttpError(409, CONFIGURED_MESSAGE)
+      : notFound();
 
   api.post(
     BASE,
@@ -116,7 +121,7 @@ export async function endpointRoutes(
         const { url, description, disabled } = request.body;
         const patch = { url, description: description === null ? '' : description, disabled };
         const row = await answered(endpoints().patch(keyOfRequest(request), patch));
-        if (!row) throw notFound();
+        if (!row) throw await notChangeable(request);
         changed(String(keyOfRequest(request)));
         return endpointOf(row);
       },
@@ -134,7 +139,9 @@ export async function endpointRoutes(
         preValidation: readEndpointId,
       },
       async (request, reply) => {
-        if (!(await answered(endpoints().delete(keyOfRequest(request))))) throw notFound();
+        if (!(await answered(endpoints().delete(keyOfRequest(request))))) {
+          throw await notChangeable(request);
+        }
         changed(String(keyOfRequest(request)));
         return reply.code(204).send(null);
       },
@@ -155,7 +162,7 @@ export async function endpointRoutes(
         if (!(error instanceof SecretUnavailableError)) throw error;
         throw new HttpError(500, SECRET_UNAVAILABLE_MESSAGE, {}, { cause: error });
       }
-      if (key === undefined) throw notFound();
+      if (key === undefined) throw await notChangeable(request);
       reply.header('cache-control', 'no-store');
       return { key };
     },
@@ -169,7 +176,7 @@ export async function endpointRoutes(
     },
     async (request, reply) => {
       const rotated = await answered(endpoints().rotate(keyOfRequest(request), request.body.key));
-      if (!rotated) throw notFound();
+      if (!rotated) throw await notChangeable(request);
       changed(String(keyOfRequest(request)));
       return reply.code(204).send(null);
     },

@@ -5,7 +5,7 @@ import { prepareStatement } from '../db/prepared.js';
 export interface OutboxStats {
   /**
    * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
-   * static URL, counted up to STATS_COUNT_LIMIT.
+   * receiving endpoint, counted up to STATS_COUNT_LIMIT.
    */
   pending: number;
   /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
@@ -29,15 +29,12 @@ export interface Upkeep {
   sweep(): Promise<number>;
 }
 
-export function createUpkeep(
-  db: Database,
-  { urls, logRetentionS }: { urls: string[]; logRetentionS: number },
-): Upkeep {
+export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }): Upkeep {
   const stats = prepareStatement<{
     pending: number;
     failed: number;
     oldest_due: number | null;
-    oldest_endpoint_due: number | null;
+    receivers: number;
     events: number;
     oldest_event: number | null;
   }>(
@@ -49,18 +46,15 @@ export function createUpkeep(
           (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
                                   limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
           (select extract(epoch from now() - min(due.next_attempt_at))::float8
-             from unnest(${sql.placeholder('urls')}::text[]) as urls(url)
-             cross join lateral (
-               select next_attempt_at from webhook_deliveries
-                where url = urls.url and failed_at is null and next_attempt_at <= now()
-                order by next_attempt_at limit 1) as due) as oldest_due,
-          (select extract(epoch from now() - min(due.next_attempt_at))::float8
              from webhook_endpoints as e
              cross join lateral (
                select next_attempt_at from webhook_deliveries
                 where endpoint_id = e.id and failed_at is null and next_attempt_at <= now()
                 order by next_attempt_at limit 1) as due
-            where not e.disabled) as oldest_endpoint_due,
+            where not e.disabled) as oldest_due,
+          (select count(*) from webhook_endpoints as e
+            where not e.disabled and (not e.configured or e.declared_until > now()))::int4
+            as receivers,
           (select count(*) from (select 1 from webhook_events
                                   limit ${STATS_COUNT_LIMIT}) as e)::int4 as events,
           (select extract(epoch from now() - created_at)::float8 from webhook_events
@@ -94,18 +88,13 @@ export function createUpkeep(
   );
   return {
     async stats() {
-      const [row] = await stats.execute({ urls });
-      // An event not yet fanned out is a delivery pending for each URL, due since it was made.
-      const pending = (row?.pending ?? 0) + (row?.events ?? 0) * urls.length;
+      const [row] = await stats.execute({});
+      // An event not yet fanned out is a delivery pending for each endpoint, due since it was made.
+      const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
       return {
         pending: Math.min(pending, STATS_COUNT_LIMIT),
         failed: row?.failed ?? 0,
-        oldestDueSeconds: Math.max(
-          0,
-          row?.oldest_due ?? 0,
-          row?.oldest_endpoint_due ?? 0,
-          row?.oldest_event ?? 0,
-        ),
+        oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
       };
     },
     async sweep() {
@@ -117,7 +106,7 @@ export function createUpkeep(
 
 /** Which failed deliveries to send again; every one when nothing is given. */
 export interface RedeliveryFilter {
-  /** Only those to this static URL. */
+  /** Only those to endpoints of this URL. */
   url?: string | undefined;
   /** Only this event (its UUID). */
   eventId?: string | undefined;
@@ -135,7 +124,8 @@ export async function redeliverFailed(
   dryRun = false,
 ): Promise<number> {
   const where = sql`failed_at is not null
-    and (${filter.url ?? null}::text is null or url = ${filter.url ?? null}::text)
+    and (${filter.url ?? null}::text is null
+         or endpoint_id in (select id from webhook_endpoints where url = ${filter.url ?? null}::text))
     and (${filter.eventId ?? null}::uuid is null or event_id = ${filter.eventId ?? null}::uuid)
     and (${filter.failedSince?.toISOString() ?? null}::timestamptz is null
          or failed_at >= ${filter.failedSince?.toISOString() ?? null}::timestamptz)`;

@@ -328,7 +328,7 @@ describe('deliveries to endpoints', () => {
               previous_secret_until = now() - interval '1 second' where id = $1`,
       [id],
     );
-    const upkeep = createUpkeep(t.appDatabase.db, { urls: [], logRetentionS: 3600 });
+    const upkeep = createUpkeep(t.appDatabase.db, { logRetentionS: 3600 });
     expect(await upkeep.sweep()).toBe(2);
     expect(
       await t.database.query(
