@@ -116,14 +116,22 @@ export function createOutcomeStatements(
   );
   // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
   // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
-  // recovered once it is enabled again. An endpoint deleted before it runs is skipped (one
-  // deleted while it runs fails the batch's log, which is then lost: deliveries are not). Its effects,
+  // recovered once it is enabled again. An endpoint deleted before it runs, or while it
+  // runs, is left out (its log goes with it); the rest of the batch is written. Its effects,
   // in order: the log rows; the health of each endpoint (its last attempt in the batch decides);
   // and, for an endpoint this disables, its pending deliveries failed.
   const logAttempts = prepareStatement<{ key: string; reason: string }>(
     db,
     'webhook_log_attempts',
-    sql`with logged as (
+    sql`with live as (
+          -- Waits for a delete of one of them to commit, then leaves it out; in key order. Read
+          -- by health too, so it is taken before changed updates the rows.
+          select id from webhook_endpoints
+           where id = any(${sql.placeholder('endpoints')}::int8[])
+           order by id
+             for key share
+        ),
+        logged as (
           insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded,
                                         response_status, error, duration_ms, attempted_at)
           select a.endpoint_id, a.event_id, a.plant_id, a.succeeded, a.status, a.error,
@@ -134,7 +142,7 @@ export function createOutcomeStatements(
                         ${sql.placeholder('durations')}::int4[], ${sql.placeholder('at')}::float8[])
               with ordinality
               as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms, n)
-            join webhook_endpoints as e on e.id = a.endpoint_id
+            join live on live.id = a.endpoint_id
            -- Ids in the order the attempts started: the log lists them newest first by id.
            order by a.n
         ),
@@ -144,6 +152,7 @@ export function createOutcomeStatements(
                    <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second') as disable
             from unnest(${sql.placeholder('healthEndpoints')}::int8[], ${sql.placeholder('ok')}::bool[],
                         ${sql.placeholder('gone')}::bool[]) as h(id, ok, gone)
+            join live on live.id = h.id
             join webhook_endpoints as e on e.id = h.id
            -- A configured endpoint is never disabled: a 410 ends that delivery alone.
            where not e.disabled and not e.configured and not (h.ok and e.failing_since is null)

@@ -1,18 +1,23 @@
 // Deliveries to endpoints made through the management API, as the dispatcher makes them:
 // each endpoint signed with its own key, the attempt log, rotation, 410 and long failures
 // disabling an endpoint, private destinations refused before connecting, retention.
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret, sealSecret } from '../../src/webhooks/secrets.js';
 import { createUpkeep } from '../../src/webhooks/upkeep.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { testEngine } from '../helpers/database.js';
 import {
   type Answer,
   type ReceivedRequest,
   startReceiver,
   WEBHOOK_SECRET,
 } from '../helpers/receiver.js';
+
+const ADMIN_TOKEN = 'admin-token-races-2b8e';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -28,6 +33,7 @@ async function receiver(secret: string, answer?: (request: ReceivedRequest, n: n
 /** An app sending to endpoints (and to `urls`), allowed to reach loopback unless told not to. */
 async function app(overrides: Partial<WebhookConfig> = {}) {
   const t = await startTestApp({
+    env: { ADMIN_TOKENS: ADMIN_TOKEN },
     webhooks: {
       ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
       timeoutMs: 1000,
@@ -53,6 +59,17 @@ async function endpoint(
     [url, sealSecret(secret, key), disabled],
   );
   return row?.id ?? '';
+}
+
+/** An endpoint made through the management API (optionally with `secret`). */
+async function endpointThroughTheApi(t: TestApp, url: string, secret?: string): Promise<void> {
+  const response = await t.app.inject({
+    method: 'POST',
+    url: '/webhooks/endpoints',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    payload: JSON.stringify({ url, ...(secret && { secret }) }),
+  });
+  expect(response.statusCode, response.body).toBe(201);
 }
 
 interface AttemptRow extends Record<string, unknown> {
@@ -498,5 +515,84 @@ describe('endpoints through the API, end to end', () => {
     expect((await postPlant(other.app, { id: 4, name: 'Aloe' })).statusCode).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(after.requests).toHaveLength(2);
+  });
+});
+
+describe.runIf(testEngine() === 'postgres')('races with a change of the endpoints', () => {
+  /** A connection of its own, for a transaction that the test holds open. */
+  async function connection(t: TestApp) {
+    const client = new Client({ connectionString: t.database.url });
+    await client.connect();
+    open.push({ close: () => client.end() });
+    return client;
+  }
+  /** Records a plant's event as the service's create statement does. */
+  const recordEvent = (client: Client, id: number) =>
+    client.query(
+      `with plant as (insert into plants (id, name) values ($1, 'Late') returning id)
+       select record_created_events(array(select format('{"id":%s,"name":"Late"}', id) from plant),
+                                    null, false)`,
+      [id],
+    );
+
+  it('sends a create committed after an endpoint was made, in a transaction begun before it', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app();
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query('select 1');
+    await endpointThroughTheApi(t, hook.url, secret);
+    await recordEvent(client, 77);
+    await client.query('commit');
+    const [request] = await hook.waitFor(1);
+    expect(request?.body).toBe('{"id":77,"name":"Late"}');
+  });
+
+  it('answers an endpoint made while a create runs once that create has committed', async () => {
+    const hook = await receiver(generateSecret());
+    const t = await app();
+    const client = await connection(t);
+    await client.query('begin');
+    await recordEvent(client, 78);
+    let answered = false;
+    const made = endpointThroughTheApi(t, hook.url).then(() => {
+      answered = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(answered).toBe(false);
+    await client.query('commit');
+    await made;
+    expect((await postPlant(t.app, { id: 79, name: 'After' })).statusCode).toBe(200);
+    const requests = await hook.waitFor(1);
+    expect(requests.map((r) => r.body)).toContain('{"id":79,"name":"After"}');
+  });
+
+  it('writes an attempt-log batch whose endpoint is deleted while it is written, leaving it out', async () => {
+    const t = await app();
+    await t.dispatcher?.stop(0);
+    const kept = await endpoint(t, 'http://127.0.0.1:9/kept', generateSecret());
+    const deleted = await endpoint(t, 'http://127.0.0.1:9/deleted', generateSecret());
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query('delete from webhook_endpoints where id = $1', [deleted]);
+    const record = (endpointKey: string) => ({
+      endpoint: endpointKey,
+      eventId: randomUUID(),
+      plantId: '1',
+      succeeded: true,
+      durationMs: 3,
+      attemptedAtMs: Date.now(),
+      gone: false,
+    });
+    const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
+    const written = statements.record([
+      { kind: 'released', id: '0', attempt: 1, record: record(deleted) },
+      { kind: 'released', id: '0', attempt: 1, record: record(kept) },
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await client.query('commit');
+    await written;
+    expect((await attempts(t)).map((row) => row.endpoint_id)).toStrictEqual([kept]);
   });
 });
