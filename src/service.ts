@@ -11,16 +11,12 @@ import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import {
-  createDispatcher,
-  DECLARED_FOR_MS,
-  type Dispatcher,
-  leaseMsFor,
-} from './webhooks/dispatcher.js';
+import { createDispatcher, type Dispatcher } from './webhooks/dispatcher.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createOutbox } from './webhooks/outbox.js';
 import { sealSecret } from './webhooks/secrets.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
 import { createUpkeep } from './webhooks/upkeep.js';
 
 export interface ServiceDeps {
@@ -32,6 +28,8 @@ export interface ServiceDeps {
   repository?: (database: AppDatabase) => PlantRepository;
   /** The environment that may ask for traces (OTEL_*); none when absent. */
   env?: NodeJS.ProcessEnv;
+  /** The delivery engine's timings, other than production's (tests). */
+  webhookTiming?: Partial<EngineTiming>;
   /** True when the service should act as shutting down before close() is called (tests). */
   isStopping?: () => boolean;
 }
@@ -176,13 +174,14 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;
-    const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks) });
+    const timing = { ...ENGINE_TIMING, ...deps.webhookTiming };
+    const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks.timeoutMs, timing) });
     // Before the first create: its events are recorded for them.
     await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
       outbox.declare(
         webhooks.urls,
         webhooks.secret && sealSecret(webhooks.secret, webhooks.encryptionKey),
-        DECLARED_FOR_MS,
+        timing.declaredForMs,
       ),
     );
     if (stopping) return;
@@ -202,6 +201,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       config: webhooks,
       logger,
       outbox,
+      timing,
       upkeep,
       metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
     });

@@ -6,12 +6,7 @@ import type { AttemptResult } from './attempt.js';
 import { createFanOutLoop } from './fan-out.js';
 import { createLanes, type Lane, sendOn } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
-import {
-  type ClaimedDelivery,
-  createOutbox,
-  ENDPOINT_START_WINDOW_MS,
-  type Outbox,
-} from './outbox.js';
+import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
 import {
   attemptRecord,
   createOutcomeStatements,
@@ -22,26 +17,13 @@ import {
 import { createRecorder } from './recorder.js';
 import { describeFailure, nextStep } from './schedule.js';
 import { webhookId } from './signature.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
 import { createUpkeep, type Upkeep } from './upkeep.js';
 
-/** A claim outlives the attempt's time limit by this much, so a live holder always finishes first. */
-export const LEASE_MARGIN_MS = 5000;
-/** An attempt must start this long before its claim could no longer cover its time limit. */
-const START_MARGIN_MS = 1000;
-/** How often a dispatcher looks for events and due deliveries that nobody announced to it. */
-const POLL_INTERVAL_MS = 1000;
-/** How often old attempts and failed deliveries are swept away (WEBHOOK_LOG_RETENTION_S). */
-const SWEEP_INTERVAL_MS = 60_000;
-/** An endpoint's lane with nothing to do for this long is closed (it is made again if needed). */
-const IDLE_LANE_MS = 60_000;
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
 /** A woken fan-out looks this many positions before the last event taken (see fan-out.ts). */
 const FAN_OUT_MARGIN = 10_000n;
-/** A WEBHOOK_URLS endpoint receives this long after the last replica declaring it stopped. */
-export const DECLARED_FOR_MS = 60_000;
-/** How often a running process declares its WEBHOOK_URLS again: well within DECLARED_FOR_MS. */
-const DECLARE_AGAIN_MS = 10_000;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
 
@@ -54,7 +36,7 @@ export interface Dispatcher {
   /**
    * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
    * claim still running) is given back and claimed again as it now is, before the answer; other
-   * processes' attempts start within ENDPOINT_START_WINDOW_MS of a claim, which reads the row.
+   * processes' attempts start within EngineTiming.startWindowMs of a claim, which reads the row.
    */
   endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
@@ -78,11 +60,8 @@ export interface DispatcherOptions {
   outbox?: Outbox;
   outcomes?: OutcomeStatements;
   upkeep?: Upkeep;
-}
-
-/** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
-export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
-  return config.timeoutMs + LEASE_MARGIN_MS;
+  /** Timings other than production's (tests). */
+  timing?: Partial<EngineTiming> | undefined;
 }
 
 /**
@@ -97,13 +76,15 @@ export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { config, logger, metrics } = options;
-  const leaseMs = leaseMsFor(config);
+  const timing = { ...ENGINE_TIMING, ...options.timing };
+  const leaseMs = leaseMsFor(config.timeoutMs, timing);
   const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const recorder = createRecorder(
     options.outcomes ?? createOutcomeStatements(options.db, config),
     logger,
     disabledByReceivers,
+    timing.recordIntervalMs,
   );
   const record = recorder.record;
   const makeLanes = createLanes(config);
@@ -131,11 +112,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /**
    * The latest moment an attempt of `delivery` may start: within its claim, and within
-   * ENDPOINT_START_WINDOW_MS of it, so that no attempt uses what an endpoint was.
+   * timing.startWindowMs of it, so that no attempt uses what an endpoint was.
    */
   const startBy = (delivery: ClaimedDelivery) =>
     delivery.claimedAt +
-    Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
+    Math.min(timing.startWindowMs, leaseMs - config.timeoutMs - timing.startMarginMs);
 
   /** When an endpoint was last changed here (performance.now()), for a lease after. */
   const changedAt = new Map<string, number>();
@@ -231,13 +212,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (stopping || at >= lane.wakeAt) return;
     clearTimeout(lane.wakeTimer);
     lane.wakeAt = at;
-    // A little after: the outcome that set the time must be recorded first.
     lane.wakeTimer = setTimeout(
       () => {
         lane.wakeAt = Number.POSITIVE_INFINITY;
         claim(lane);
       },
-      Math.max(0, at - performance.now()) + 50,
+      Math.max(0, at - performance.now()) + timing.wakeLateMs,
     );
     lane.wakeTimer.unref();
   }
@@ -322,7 +302,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function closeIdleLanes(now: number): void {
     for (const [key, lane] of lanes) {
       const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
-      if (idle && now - lane.lastBusy > IDLE_LANE_MS) {
+      if (idle && now - lane.lastBusy > timing.idleLaneMs) {
         clearTimeout(lane.wakeTimer);
         lanes.delete(key);
         void lane.pool.close().catch(() => {});
@@ -333,15 +313,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let lastDeclared = performance.now();
   /** Keeps the WEBHOOK_URLS endpoints receiving while this process runs. */
   function declareAgain(now: number): void {
-    if (now - lastDeclared < DECLARE_AGAIN_MS) return;
+    if (now - lastDeclared < timing.declareAgainMs) return;
     lastDeclared = now;
-    outbox.declare(config.urls, undefined, DECLARED_FOR_MS).catch((error) => {
+    outbox.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
       logger.warn({ err: error }, 'WEBHOOK_URLS endpoints not declared again');
     });
   }
 
   function sweep(now: number): void {
-    if (now - lastSweep < SWEEP_INTERVAL_MS) return;
+    if (now - lastSweep < timing.sweepIntervalMs) return;
     lastSweep = now;
     upkeep.sweep().catch((error) => {
       logger.warn({ err: error }, 'old webhook attempts and failed deliveries not swept');
@@ -356,7 +336,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     declareAgain(now);
     closeIdleLanes(now);
     sweep(now);
-    pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
+    pollTimer = setTimeout(poll, timing.pollIntervalMs * (0.9 + 0.2 * Math.random()));
     pollTimer.unref();
   }
 

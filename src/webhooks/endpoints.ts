@@ -156,7 +156,7 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   // Null leaves a field as it is. Disabling keeps the reason of an endpoint already disabled
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
   // pending deliveries in the same statement (attempts already claimed: see
-  // ENDPOINT_START_WINDOW_MS).
+  // EngineTiming.startWindowMs).
   const update = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_patch',

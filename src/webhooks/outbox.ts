@@ -24,13 +24,6 @@ export interface EndpointTarget {
   configured: boolean;
 }
 
-/**
- * An endpoint's delivery is attempted within this long of its claim, or given back: so an
- * attempt that starts this long after a change to its endpoint committed was claimed after it,
- * and uses the endpoint as it now is, on every replica (the claim reads the row).
- */
-export const ENDPOINT_START_WINDOW_MS = 1000;
-
 /** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
 export interface ClaimedDelivery {
   id: string;

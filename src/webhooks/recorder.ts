@@ -1,15 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { DisabledEndpoint, Outcome, OutcomeStatements } from './outcomes.js';
 
-/**
- * Outcomes are written together, at most this often: one DELETE for hundreds of deliveries
- * costs the database about what one costs, and a claim lasts far longer than the wait.
- */
-const RECORD_INTERVAL_MS = 100;
 const RECORD_BATCH_MAX = 5000;
 
 export interface Recorder {
-  /** Notes an outcome; a delivery's is written within RECORD_INTERVAL_MS, others at once. */
+  /** Notes an outcome; a delivery's is written within the interval, others at once. */
   record(outcome: Outcome): void;
   /** Writes every outcome noted so far. */
   flush(): Promise<void>;
@@ -23,6 +18,8 @@ export function createRecorder(
   statements: OutcomeStatements,
   logger: FastifyBaseLogger,
   onDisabled: (endpoints: DisabledEndpoint[]) => void,
+  /** See EngineTiming.recordIntervalMs. */
+  intervalMs: number,
 ): Recorder {
   const unrecorded: Outcome[] = [];
   let recording: Promise<void> | undefined;
@@ -52,7 +49,7 @@ export function createRecorder(
     if (timer !== undefined && (timerSoon || !soon)) return;
     clearTimeout(timer);
     timerSoon = soon;
-    timer = setTimeout(write, soon ? 0 : RECORD_INTERVAL_MS);
+    timer = setTimeout(write, soon ? 0 : intervalMs);
   }
 
   return {
