@@ -11,13 +11,12 @@ import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import { createDispatcher, type Dispatcher } from './webhooks/dispatcher.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
+import { createDispatcher, type Dispatcher } from './webhooks/engine.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
-import { createOutbox } from './webhooks/outbox.js';
 import { sealSecret } from './webhooks/secrets.js';
+import { createOutbox, createUpkeep } from './webhooks/statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
-import { createUpkeep } from './webhooks/upkeep.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */

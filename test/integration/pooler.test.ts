@@ -4,8 +4,8 @@ import type { AppDatabase } from '../../src/db/client.js';
 import { DatabaseUnavailableError, RowRejectedError } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
-import { createOutbox } from '../../src/webhooks/outbox.js';
 import { sealSecret } from '../../src/webhooks/secrets.js';
+import { createOutbox } from '../../src/webhooks/statements.js';
 import {
   createScratchDatabase,
   holdPlantsTable,

@@ -5,9 +5,8 @@ import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
-import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret, sealSecret } from '../../src/webhooks/secrets.js';
-import { createUpkeep } from '../../src/webhooks/upkeep.js';
+import { createOutcomeStatements, createUpkeep } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import {

@@ -2,8 +2,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
-import { createDispatcher } from '../../src/webhooks/dispatcher.js';
-import { redeliverFailed } from '../../src/webhooks/upkeep.js';
+import { createDispatcher } from '../../src/webhooks/engine.js';
+import { redeliverFailed } from '../../src/webhooks/statements.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { freePort } from '../helpers/process.js';
 import {

@@ -2,27 +2,28 @@ import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import type { AttemptResult } from './attempt.js';
-import { createFanOutLoop } from './fan-out.js';
-import { createLanes, type Lane, sendOn } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
-import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
+import { describeFailure, nextStep } from './schedule.js';
+import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
+import { webhookId } from './signature.js';
 import {
   attemptRecord,
+  type ClaimedDelivery,
+  createOutbox,
   createOutcomeStatements,
+  createUpkeep,
   type DisabledEndpoint,
   GONE_REASON,
+  type Outbox,
+  type Outcome,
   type OutcomeStatements,
-} from './outcomes.js';
-import { createRecorder } from './recorder.js';
-import { describeFailure, nextStep } from './schedule.js';
-import { webhookId } from './signature.js';
+  type Upkeep,
+} from './statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
-import { createUpkeep, type Upkeep } from './upkeep.js';
 
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
-/** A woken fan-out looks this many positions before the last event taken (see fan-out.ts). */
+/** A woken fan-out looks this many positions before the last event taken (see createFanOutLoop). */
 const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
@@ -387,6 +388,129 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         queued += lane.queue.length;
       }
       return { inFlight, queued };
+    },
+  };
+}
+
+export interface FanOutLoopOptions {
+  /** Events one fan-out takes at most; when it takes that many, another follows at once. */
+  limit: number;
+  /**
+   * A woken fan-out looks at events recorded after the last one taken, less this many: it does
+   * not walk the index entries of the events already gone (until a vacuum), and still finds
+   * events whose statements committed out of order. Anything older is the poll's.
+   */
+  margin: bigint;
+  /** False once the dispatcher stops: no fan-out starts. */
+  active: () => boolean;
+  /** Takes the deliveries a fan-out wrote, born claimed by this process. */
+  take: (deliveries: ClaimedDelivery[]) => void;
+  logger: FastifyBaseLogger;
+}
+
+/** Runs fan-outs one statement at a time; one asked for meanwhile runs after it. */
+export function createFanOutLoop(outbox: Outbox, options: FanOutLoopOptions) {
+  let running: Promise<void> | undefined;
+  /** A fan-out asked for while one ran: from where it looks. */
+  let again: bigint | undefined;
+  let lastTaken = 0n;
+
+  /** Fans out the events above `after`; asked again meanwhile, from the lowest position asked. */
+  function fanOut(after: bigint): void {
+    if (!options.active()) return;
+    if (running) {
+      if (again === undefined || after < again) again = after;
+      return;
+    }
+    running = outbox.fanOut(options.limit, after).then(
+      ({ events, last, deliveries }) => {
+        options.take(deliveries);
+        if (last !== undefined && last > lastTaken) lastTaken = last;
+        // More may wait right after the last one taken.
+        if (events === options.limit && last !== undefined) fanOut(last);
+      },
+      (error) => {
+        options.logger.warn({ err: error }, 'webhook events not fanned out');
+      },
+    );
+    void running.finally(() => {
+      running = undefined;
+      const from = again;
+      again = undefined;
+      if (from !== undefined) fanOut(from);
+    });
+  }
+
+  return {
+    fanOut,
+    /** Fans out what was recorded lately: for a process that has just recorded events. */
+    recent: () => fanOut(lastTaken > options.margin ? lastTaken - options.margin : 0n),
+    /** Resolves when the fan-out running now (if any) has handed over its deliveries. */
+    settled: async () => {
+      await running;
+    },
+  };
+}
+
+const RECORD_BATCH_MAX = 5000;
+
+export interface Recorder {
+  /** Notes an outcome; a delivery's is written within the interval, others at once. */
+  record(outcome: Outcome): void;
+  /** Writes every outcome noted so far. */
+  flush(): Promise<void>;
+}
+
+/**
+ * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
+ * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
+ */
+export function createRecorder(
+  statements: OutcomeStatements,
+  logger: FastifyBaseLogger,
+  onDisabled: (endpoints: DisabledEndpoint[]) => void,
+  /** See EngineTiming.recordIntervalMs. */
+  intervalMs: number,
+): Recorder {
+  const unrecorded: Outcome[] = [];
+  let recording: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let timerSoon = false;
+
+  async function write(): Promise<void> {
+    clearTimeout(timer);
+    timer = undefined;
+    while (recording) await recording;
+    if (unrecorded.length === 0) return;
+    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
+    recording = statements.record(batch).then(
+      (disabled) => {
+        if (disabled.length > 0) onDisabled(disabled);
+      },
+      (error) => {
+        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
+      },
+    );
+    await recording;
+    recording = undefined;
+    if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
+  }
+
+  function schedule(soon: boolean): void {
+    if (timer !== undefined && (timerSoon || !soon)) return;
+    clearTimeout(timer);
+    timerSoon = soon;
+    timer = setTimeout(write, soon ? 0 : intervalMs);
+  }
+
+  return {
+    // A retry is written at once, so that it is due when a process wakes up for it.
+    record(outcome) {
+      unrecorded.push(outcome);
+      schedule(outcome.kind !== 'delivered');
+    },
+    async flush() {
+      while (unrecorded.length > 0 || recording) await write();
     },
   };
 }
