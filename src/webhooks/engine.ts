@@ -88,7 +88,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     timing.recordIntervalMs,
   );
   const record = recorder.record;
-  const makeLanes = createLanes(config);
+  const makeLanes = createLanes({ ...config, connectionIdleMs: timing.connectionIdleMs });
   let running = false;
   let stopping = false;
   // Aborts the attempts still in flight when shutdown can wait no longer.

@@ -255,6 +255,8 @@ export interface LaneOptions {
   /** Endpoints may reach private networks (configured ones always may). */
   allowPrivateNetworks: boolean;
   encryptionKey: Buffer | undefined;
+  /** See EngineTiming.connectionIdleMs. */
+  connectionIdleMs: number;
 }
 
 /** Makes and retargets lanes; keys are derived once per sealed secret. */
@@ -277,6 +279,8 @@ export function createLanes(options: LaneOptions) {
   function poolFor(url: URL, guarded: boolean): Pool {
     return new Pool(url.origin, {
       connections: options.concurrency,
+      keepAliveTimeout: options.connectionIdleMs,
+      keepAliveMaxTimeout: options.connectionIdleMs,
       connect: { timeout: options.timeoutMs, ...connectOptions(!guarded) },
     });
   }

@@ -19,6 +19,11 @@ export interface EngineTiming {
   sweepIntervalMs: number;
   /** An endpoint's lane with nothing to do for this long is closed (it is made again if needed). */
   idleLaneMs: number;
+  /**
+   * A connection to a receiver is kept open this long unused (unless the receiver says less):
+   * past the poll and a quiet spell, since a new handshake costs more than a delivery.
+   */
+  connectionIdleMs: number;
   /** A WEBHOOK_URLS endpoint receives this long after the last replica declaring it stopped. */
   declaredForMs: number;
   /** How often a running process declares its WEBHOOK_URLS again: well within declaredForMs. */
@@ -39,6 +44,7 @@ export const ENGINE_TIMING: EngineTiming = {
   pollIntervalMs: 1000,
   sweepIntervalMs: 60_000,
   idleLaneMs: 60_000,
+  connectionIdleMs: 60_000,
   declaredForMs: 60_000,
   declareAgainMs: 10_000,
   recordIntervalMs: 100,
