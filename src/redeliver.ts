@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { createLogger } from './logger.js';
-import { type RedeliveryFilter, redeliverFailed } from './webhooks/upkeep.js';
+import { type RedeliveryFilter, redeliverFailed } from './webhooks/statements.js';
 
 const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
 Sends failed newPlant webhook deliveries again (every one unless a filter is given): they become

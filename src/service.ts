@@ -12,11 +12,12 @@ import { collectWhenIdle } from './idle-collection.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import { createDispatcher, type Dispatcher, leaseMsFor } from './webhooks/dispatcher.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
+import { createDispatcher, type Dispatcher } from './webhooks/engine.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
-import { createOutbox } from './webhooks/outbox.js';
-import { createUpkeep } from './webhooks/upkeep.js';
+import { sealSecret } from './webhooks/secrets.js';
+import { createOutbox, createUpkeep } from './webhooks/statements.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */
@@ -27,6 +28,8 @@ export interface ServiceDeps {
   repository?: (database: AppDatabase) => PlantRepository;
   /** The environment that may ask for traces (OTEL_*); none when absent. */
   env?: NodeJS.ProcessEnv;
+  /** The delivery engine's timings, other than production's (tests). */
+  webhookTiming?: Partial<EngineTiming>;
   /** True when the service should act as shutting down before close() is called (tests). */
   isStopping?: () => boolean;
 }
@@ -174,13 +177,23 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;
+    const timing = { ...ENGINE_TIMING, ...deps.webhookTiming };
+    const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks.timeoutMs, timing) });
+    // Before the first create: its events are recorded for them.
+    await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
+      outbox.declare(
+        webhooks.urls,
+        webhooks.secret && sealSecret(webhooks.secret, webhooks.encryptionKey),
+        timing.declaredForMs,
+      ),
+    );
+    if (stopping) return;
     repository = deps.repository
       ? deps.repository(db)
       : createPlantRepository(db.db, {
           textAsBytes: db.engine === 'pglite',
           databaseUrl: config.database.url,
-          // Static subscribers want every event; endpoints live in the database, which knows.
-          recordEvents: webhooks.urls.length > 0 ? 'always' : 'when-subscribed',
+          recordEvents: true,
           onCreated: () => dispatcher?.wake(),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
@@ -190,7 +203,8 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       db: db.db,
       config: webhooks,
       logger,
-      outbox: createOutbox(db.db, { urls: webhooks.urls, leaseMs: leaseMsFor(webhooks) }),
+      outbox,
+      timing,
       upkeep,
       metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
     });

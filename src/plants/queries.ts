@@ -57,11 +57,10 @@ export interface QueryOptions {
   textAsBytes: boolean;
   /**
    * Record a created event for each plant a statement really inserts, in that statement, through
-   * the SQL function record_created_events: `always`, or `when-subscribed` (the function then
-   * records them only while the database knows of a subscriber). Without it, the statements
-   * write plants only.
+   * the SQL function record_created_events (which records them only while some subscriber
+   * receives them). Without it, the statements write plants only.
    */
-  recordEvents?: 'always' | 'when-subscribed' | undefined;
+  recordEvents?: boolean | undefined;
 }
 
 /** Decodes stored text exactly: a leading U+FEFF is part of the text, not a byte order mark. */
@@ -185,7 +184,7 @@ export function createPlantQueries(
     names: textArrayLiteral(rows.map((row) => row.name)),
     tags: textArrayLiteral(rows.map((row) => row.tag ?? null)),
   });
-  const withEvents = recordEvents ? eventStatements(db, textAsBytes, recordEvents) : undefined;
+  const withEvents = recordEvents ? eventStatements(db, textAsBytes) : undefined;
 
   return {
     async insertNew(rows, traceContext) {
@@ -270,12 +269,7 @@ export function textArrayLiteral(values: ReadonlyArray<string | null>): string {
  * PostgreSQL runs a SELECT in a WITH only as far as it is read: the final select reads
  * `recorded`, which calls the function once with every payload.
  */
-function eventStatements(
-  db: Database,
-  textAsBytes: boolean,
-  mode: NonNullable<QueryOptions['recordEvents']>,
-) {
-  const unconditionally = sql.raw(mode === 'always' ? 'true' : 'false');
+function eventStatements(db: Database, textAsBytes: boolean) {
   const text = (column: string) =>
     sql.raw(textAsBytes ? `convert_to(written.${column}, 'UTF8')` : `written.${column}`);
   const input = sql`unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('names')}::text[],
@@ -286,7 +280,7 @@ function eventStatements(
                join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('payloads')}::text[])
                  as offered(id, payload) on offered.id = written.id
               where ${where}),
-           ${sql.placeholder('traceContext')}::text, ${unconditionally}) as count
+           ${sql.placeholder('traceContext')}::text, false) as count
   )`;
   const insertNew = prepareStatement<{ id: string; recorded: number }>(
     db,

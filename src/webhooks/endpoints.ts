@@ -12,6 +12,8 @@ export interface EndpointRow {
   description: string;
   disabled: boolean;
   disabledReason: string | null;
+  /** Declared by WEBHOOK_URLS: the API cannot change it. */
+  configured: boolean;
   /** RFC 3339, UTC, with milliseconds. */
   createdAt: string;
   updatedAt: string;
@@ -52,7 +54,10 @@ export interface EndpointStoreOptions {
   rotationGraceS: number;
 }
 
-/** The statements of the management API; each returns undefined for an endpoint that is not. */
+/**
+ * The statements of the management API; each returns undefined for an endpoint that is not,
+ * and those that change one, for a configured one too (the route tells which).
+ */
 export interface EndpointStore {
   create(endpoint: NewEndpoint): Promise<EndpointRow>;
   get(key: bigint): Promise<EndpointRow | undefined>;
@@ -92,10 +97,32 @@ const rfc3339 = (column: SQL) =>
 
 const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.url,
   ${table}.description, ${table}.disabled, ${table}.disabled_reason as "disabledReason",
+  ${table}.configured,
   ${rfc3339(sql`${table}.created_at`)} as "createdAt",
   ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
 
 const endpoints = sql.raw('webhook_endpoints');
+
+/** Held shared by each create while it records events (see record_created_events). */
+const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
+/** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
+export const SUBSCRIPTION_LOCKED = sql.raw(
+  `(select pg_advisory_xact_lock(${SUBSCRIPTION_LOCK_KEY})) as subscription_locked`,
+);
+/** Above every event recorded before the lock, below every one after it. */
+export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
+
+/**
+ * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body) that an endpoint
+ * being disabled misses as an entry of its attempt log, so an admin sees what recover will send.
+ */
+export const missedLog = (deliveries: string) =>
+  sql.raw(`missed_log_${deliveries} as (
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded, error, duration_ms)
+          select endpoint_id, event_id,
+                 substring(body from '^\\{"id":(-?\\d{1,19})[,}]')::int8, false, 'endpoint disabled', 0
+            from ${deliveries}
+        )`);
 const endpointKey = sql`${placeholder('id')}::bigint`;
 
 /** The statements of the management API over `db`, each prepared once. */
@@ -103,12 +130,14 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   const { encryptionKey } = options;
   const grace = Math.trunc(options.rotationGraceS);
 
+  // Under the subscription lock: every create's events are recorded before, or after and for it.
   const insert = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_create',
-    sql`insert into webhook_endpoints (url, description, disabled, secret)
-        values (${placeholder('url')}::text, ${placeholder('description')}::text,
-                ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text)
+    sql`insert into webhook_endpoints (url, description, disabled, secret, since_event)
+        select ${placeholder('url')}::text, ${placeholder('description')}::text,
+               ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text, ${NEXT_EVENT}
+          from ${SUBSCRIPTION_LOCKED}
         returning ${endpointColumns(endpoints)}`,
   );
   const select = prepareStatement<EndpointRow>(
@@ -121,12 +150,13 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
     'webhook_endpoint_list',
     sql`select ${endpointColumns(endpoints)} from webhook_endpoints
          where id > ${placeholder('after')}::bigint
-         order by id limit ${placeholder('limit')}::int`,
+         -- Qualified: a bare \`id\` would order by the text alias ('10' < '9').
+         order by webhook_endpoints.id limit ${placeholder('limit')}::int`,
   );
   // Null leaves a field as it is. Disabling keeps the reason of an endpoint already disabled
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
   // pending deliveries in the same statement (attempts already claimed: see
-  // ENDPOINT_START_WINDOW_MS).
+  // EngineTiming.startWindowMs).
   const update = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_patch',
@@ -140,25 +170,28 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
                  updated_at = now()
-           where id = ${endpointKey}
+           where id = ${endpointKey} and not configured
           returning *
         ),
         given_up as (
           update webhook_deliveries
              set failed_at = now(), last_error = 'endpoint disabled'
            where endpoint_id = (select id from changed where disabled) and failed_at is null
-        )
+          returning endpoint_id, event_id, body
+        ),
+        ${missedLog('given_up')}
         select ${endpointColumns(sql.raw('changed'))} from changed`,
   );
   const remove = prepareStatement<{ id: string }>(
     db,
     'webhook_endpoint_delete',
-    sql`delete from webhook_endpoints where id = ${endpointKey} returning id::text`,
+    sql`delete from webhook_endpoints where id = ${endpointKey} and not configured
+        returning id::text`,
   );
   const selectSecret = prepareStatement<{ secret: string }>(
     db,
     'webhook_endpoint_secret',
-    sql`select secret from webhook_endpoints where id = ${endpointKey}`,
+    sql`select secret from webhook_endpoints where id = ${endpointKey} and not configured`,
   );
   const rotation = prepareStatement<{ id: string }>(
     db,
@@ -168,7 +201,7 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
                previous_secret_until = clock_timestamp() + ${sql.raw(`interval '${grace} seconds'`)},
                secret = ${placeholder('secret')}::text,
                updated_at = now()
-         where id = ${endpointKey}
+         where id = ${endpointKey} and not configured
         returning id::text`,
   );
   // One row with null columns when the endpoint has no such attempt; none when it does not exist.

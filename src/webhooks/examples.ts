@@ -111,6 +111,8 @@ export const endpointExamples = {
 
 export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
+export const CONFIGURED_MESSAGE =
+  'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
 export const SECRET_UNAVAILABLE_MESSAGE =
   'the secret of this endpoint cannot be read with the encryption key this service has; rotate it to set a new one';
 
@@ -156,6 +158,9 @@ export const endpointErrorExamples = {
   },
   disabled: {
     disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
+  },
+  configured: {
+    configured: error(409, CONFIGURED_MESSAGE, 'Declared by WEBHOOK_URLS'),
   },
   secretUnavailable: {
     key: error(500, SECRET_UNAVAILABLE_MESSAGE, 'Sealed under another WEBHOOK_ENCRYPTION_KEY'),

@@ -34,6 +34,9 @@ const operation = <Schema extends FastifySchema>(schema: Schema) => ({
 const idParams = { params: EndpointIdParamsSchema };
 const missing = { 404: errorResponse('No endpoint has this id (or it was deleted)') };
 const missingExample = { 404: errors.notFound };
+/** The changes that a configured endpoint (WEBHOOK_URLS) refuses. */
+const readOnly = { 409: errorResponse('The endpoint is declared by WEBHOOK_URLS: read-only') };
+const readOnlyExample = { 409: errors.configured };
 
 /** Each operation of the management API: what validates it, and what documents it. */
 export const operations = {
@@ -114,6 +117,7 @@ export const operations = {
       200: { ...refTo(EndpointSchema), description: 'The endpoint, as changed' },
       400: errorResponse('The body is not a valid merge patch or not valid JSON'),
       ...missing,
+      ...readOnly,
       413: errorResponse('The body is larger than the limit'),
       415: errorResponse('The content type is not a JSON one'),
       ...commonErrors,
@@ -124,6 +128,7 @@ export const operations = {
         200: examples.patched,
         400: errors.invalidPatch,
         ...missingExample,
+        ...readOnlyExample,
         413: { tooLarge: errors.tooLarge },
         415: { notJson: errors.notMergePatch },
         ...commonErrorExamples,
@@ -139,12 +144,14 @@ export const operations = {
     response: {
       204: Type.Null({ description: 'Deleted' }),
       ...missing,
+      ...readOnly,
       413: errorResponse('The body (which is ignored) is larger than the limit'),
       ...commonErrors,
     },
     'x-examples': {
       responses: {
         ...missingExample,
+        ...readOnlyExample,
         413: { tooLarge: errors.tooLarge },
         ...commonErrorExamples,
       },
@@ -159,12 +166,14 @@ export const operations = {
     response: {
       200: { ...refTo(SigningKeySchema), description: 'The current key' },
       ...missing,
+      ...readOnly,
       ...commonErrors,
     },
     'x-examples': {
       responses: {
         200: examples.secret,
         ...missingExample,
+        ...readOnlyExample,
         ...commonErrorExamples,
         500: { ...commonErrorExamples?.[500], ...errors.secretUnavailable },
       },
@@ -182,6 +191,7 @@ export const operations = {
       204: Type.Null({ description: 'Rotated: read the new key at `/secret`' }),
       400: errorResponse('`key` is not a whsec_ key of 24 to 64 bytes, or not valid JSON'),
       ...missing,
+      ...readOnly,
       413: errorResponse('The body is larger than the limit'),
       415: errorResponse('The content type is not application/json'),
       ...commonErrors,
@@ -191,6 +201,7 @@ export const operations = {
       responses: {
         400: errors.invalidKey,
         ...missingExample,
+        ...readOnlyExample,
         413: { tooLarge: errors.tooLarge },
         415: { notJson: errors.notJson },
         ...commonErrorExamples,

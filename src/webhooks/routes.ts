@@ -7,10 +7,9 @@ import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
-import { DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
+import { CONFIGURED_MESSAGE, DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
-import { ENDPOINT_START_WINDOW_MS } from './outbox.js';
 import {
   bodyOrEmpty,
   endpointKey,
@@ -27,13 +26,6 @@ import { attemptsJson, endpointOf } from './serialize.js';
 const JSON_TYPE = 'application/json; charset=utf-8';
 const BASE = '/webhooks/endpoints';
 
-/**
- * A change to where or how an endpoint is sent is answered once every delivery claimed before
- * it, by any replica, can no longer start: after the answer, attempts use the endpoint as it is.
- */
-const claimsOfTheOldEndpointExpired = () =>
-  new Promise((resolve) => setTimeout(resolve, ENDPOINT_START_WINDOW_MS));
-
 export interface EndpointRoutesOptions {
   /** The statements; throws (503) while the service is still opening its database. */
   endpoints: () => EndpointStore;
@@ -44,8 +36,7 @@ export interface EndpointRoutesOptions {
   limits: AuthLimits;
   /** The nesting depth a JSON body may have. */
   jsonMaxDepth: number;
-  /** Called once a change of an endpoint (or of what it is due) is committed and answered. */
-  /** Told the row key (decimal) of an endpoint once a change to it has committed. */
+  /** Told the row key (decimal) of an endpoint once a change to it has committed, before the answer. */
   onEndpointsChanged?: ((key: string) => void) | undefined;
 }
 
@@ -58,6 +49,11 @@ export async function endpointRoutes(
   await requireBearerToken(app, verifyToken, limits);
   const answered = answerWithin(options.answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
+  /** Why a change found no endpoint to change: it is not (404), or WEBHOOK_URLS owns it (409). */
+  const notChangeable = async (request: { params: { id: string } }) =>
+    (await answered(endpoints().get(keyOfRequest(request))))?.configured
+      ? new HttpError(409, CONFIGURED_MESSAGE)
+      : notFound();
 
   api.post(
     BASE,
@@ -125,9 +121,8 @@ export async function endpointRoutes(
         const { url, description, disabled } = request.body;
         const patch = { url, description: description === null ? '' : description, disabled };
         const row = await answered(endpoints().patch(keyOfRequest(request), patch));
-        if (!row) throw notFound();
+        if (!row) throw await notChangeable(request);
         changed(String(keyOfRequest(request)));
-        if (url !== undefined || disabled !== undefined) await claimsOfTheOldEndpointExpired();
         return endpointOf(row);
       },
     );
@@ -144,9 +139,10 @@ export async function endpointRoutes(
         preValidation: readEndpointId,
       },
       async (request, reply) => {
-        if (!(await answered(endpoints().delete(keyOfRequest(request))))) throw notFound();
+        if (!(await answered(endpoints().delete(keyOfRequest(request))))) {
+          throw await notChangeable(request);
+        }
         changed(String(keyOfRequest(request)));
-        await claimsOfTheOldEndpointExpired();
         return reply.code(204).send(null);
       },
     );
@@ -166,7 +162,7 @@ export async function endpointRoutes(
         if (!(error instanceof SecretUnavailableError)) throw error;
         throw new HttpError(500, SECRET_UNAVAILABLE_MESSAGE, {}, { cause: error });
       }
-      if (key === undefined) throw notFound();
+      if (key === undefined) throw await notChangeable(request);
       reply.header('cache-control', 'no-store');
       return { key };
     },
@@ -180,9 +176,8 @@ export async function endpointRoutes(
     },
     async (request, reply) => {
       const rotated = await answered(endpoints().rotate(keyOfRequest(request), request.body.key));
-      if (!rotated) throw notFound();
+      if (!rotated) throw await notChangeable(request);
       changed(String(keyOfRequest(request)));
-      await claimsOfTheOldEndpointExpired();
       return reply.code(204).send(null);
     },
   );

@@ -1,4 +1,4 @@
-import type { AttemptResult } from './attempt.js';
+import type { AttemptResult } from './sending.js';
 
 /** A Retry-After longer than this is cut to it: a receiver cannot park a delivery for days. */
 export const RETRY_AFTER_MAX_MS = 24 * 3600 * 1000;

@@ -74,12 +74,18 @@ export const EndpointSchema = Type.Object(
           'Why the service disabled it (a 410 from the receiver, or failing too long); absent when it is enabled or was disabled through the API',
       }),
     ),
+    configured: Type.Optional(
+      Type.Literal(true, {
+        description:
+          'Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API',
+      }),
+    ),
     createdAt: dateTime('When it was created (RFC 3339, UTC)'),
     updatedAt: dateTime('When it was last changed (RFC 3339, UTC)'),
   },
   {
     $id: 'Endpoint',
-    description: 'A subscriber of the newPlant webhook made through the API; never its secret',
+    description: 'A subscriber of the newPlant webhook; never its secret',
   },
 );
 export type Endpoint = Static<typeof EndpointSchema>;

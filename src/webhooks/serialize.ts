@@ -3,7 +3,7 @@ import { attemptIdOf, endpointIdOf } from './ids.js';
 import type { Endpoint } from './schemas.js';
 import { webhookId } from './signature.js';
 
-/** An endpoint as the API shows it: its public id, `disabledReason` only when there is one. */
+/** An endpoint as the API shows it: its public id, `disabledReason` and `configured` only when they are. */
 export function endpointOf(row: EndpointRow): Endpoint {
   return {
     id: endpointIdOf(row.id),
@@ -11,6 +11,7 @@ export function endpointOf(row: EndpointRow): Endpoint {
     description: row.description,
     disabled: row.disabled,
     ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
+    ...(row.configured && { configured: true as const }),
     createdAt: row.createdAt,
     updatedAt: row.updatedAt,
   };

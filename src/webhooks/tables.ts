@@ -8,6 +8,7 @@ import {
   pgTable,
   text,
   timestamp,
+  uniqueIndex,
   uuid,
 } from 'drizzle-orm/pg-core';
 
@@ -28,30 +29,49 @@ export const webhookEvents = pgTable('webhook_events', {
 });
 
 /**
- * Subscribers made through the management API, each with its own signing key. The keys are
- * stored sealed (see secrets.ts): encrypted under WEBHOOK_ENCRYPTION_KEY when it is set.
+ * Every subscriber: made through the management API, or declared by WEBHOOK_URLS
+ * (`configured`), each with its own signing key. The keys are stored sealed (see secrets.ts):
+ * encrypted under WEBHOOK_ENCRYPTION_KEY when it is set.
  */
-export const webhookEndpoints = pgTable('webhook_endpoints', {
-  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
-  url: text('url').notNull(),
-  description: text('description').notNull().default(''),
-  disabled: boolean('disabled').notNull().default(false),
-  disabledReason: text('disabled_reason'),
-  /** The signing key, sealed. */
-  secret: text('secret').notNull(),
-  /** The key before the last rotation, sealed: it signs too until `previous_secret_until`. */
-  previousSecret: text('previous_secret'),
-  previousSecretUntil: timestamp('previous_secret_until', { withTimezone: true }),
-  /** When the first of an unbroken run of failed attempts was made; null after a success. */
-  failingSince: timestamp('failing_since', { withTimezone: true }),
-  createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
-  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
-});
+export const webhookEndpoints = pgTable(
+  'webhook_endpoints',
+  {
+    id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+    url: text('url').notNull(),
+    /** Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: read-only through the API. */
+    configured: boolean('configured').notNull().default(false),
+    /** A configured endpoint receives while some running replica declares it, until this. */
+    declaredUntil: timestamp('declared_until', { withTimezone: true }),
+    /**
+     * It receives the events whose row key is above this: a value of the events' sequence taken
+     * under the subscription lock (see record_created_events), so no event falls between.
+     */
+    sinceEvent: bigint('since_event', { mode: 'bigint' }).notNull().default(sql`0`),
+    description: text('description').notNull().default(''),
+    disabled: boolean('disabled').notNull().default(false),
+    disabledReason: text('disabled_reason'),
+    /** The signing key, sealed. */
+    secret: text('secret').notNull(),
+    /** The key before the last rotation, sealed: it signs too until `previous_secret_until`. */
+    previousSecret: text('previous_secret'),
+    previousSecretUntil: timestamp('previous_secret_until', { withTimezone: true }),
+    /** When the first of an unbroken run of failed attempts was made; null after a success. */
+    failingSince: timestamp('failing_since', { withTimezone: true }),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (table) => [
+    // One row per configured URL, which every replica declaring it refreshes.
+    uniqueIndex('webhook_endpoints_configured_url_idx')
+      .on(table.url)
+      .where(sql`${table.configured}`),
+  ],
+);
 
 /**
- * The newPlant webhook's outbox: one row per event and subscriber, written when a dispatcher
- * takes the event. A subscriber is a static URL (`url`) or an endpoint (`endpoint_id`), never
- * both. A row lives until its event is delivered (then it is deleted) or its last attempt fails
+ * The newPlant webhook's outbox: one row per event and endpoint, written when a dispatcher
+ * takes the event. `url` is only on rows that releases before configured endpoints wrote for a
+ * WEBHOOK_URLS subscriber; a starting replica moves them to that URL's endpoint. A row lives until its event is delivered (then it is deleted) or its last attempt fails
  * (then `failed_at` is set and it waits for a redelivery, or for the retention to end).
  */
 export const webhookDeliveries = pgTable(
@@ -60,9 +80,9 @@ export const webhookDeliveries = pgTable(
     id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
     /** The event, sent as `webhook-id`: the same on every attempt and for every subscriber. */
     eventId: uuid('event_id').notNull(),
-    /** A static subscriber (WEBHOOK_URLS). */
+    /** A WEBHOOK_URLS subscriber, on rows written before configured endpoints. */
     url: text('url'),
-    /** An endpoint of the management API; its deliveries go with it. */
+    /** The endpoint; its deliveries go with it. */
     endpointId: bigint('endpoint_id', { mode: 'bigint' }).references(() => webhookEndpoints.id, {
       onDelete: 'cascade',
     }),
@@ -84,11 +104,9 @@ export const webhookDeliveries = pgTable(
       'webhook_deliveries_one_subscriber',
       sql`(${table.url} is null) <> (${table.endpointId} is null)`,
     ),
-    // The due work of one URL, oldest first: claims and the oldest-due metric are range scans.
-    index('webhook_deliveries_due_idx')
-      .on(table.url, table.nextAttemptAt)
-      .where(sql`${table.failedAt} is null and ${table.url} is not null`),
-    // The same for endpoints.
+    // Rows of a WEBHOOK_URLS subscriber not yet moved to its endpoint.
+    index('webhook_deliveries_url_idx').on(table.url).where(sql`${table.url} is not null`),
+    // The due work of one endpoint, oldest first: claims and the oldest-due metric are range scans.
     index('webhook_deliveries_endpoint_due_idx')
       .on(table.endpointId, table.nextAttemptAt)
       .where(sql`${table.failedAt} is null and ${table.endpointId} is not null`),

@@ -7,7 +7,7 @@ import type { Metrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/logger.js';
 import type { PlantRepository, RepositoryOptions } from '../../src/plants/repository.js';
 import { createService, type Service } from '../../src/service.js';
-import type { Dispatcher } from '../../src/webhooks/dispatcher.js';
+import type { Dispatcher } from '../../src/webhooks/engine.js';
 import { createScratchDatabase, type ScratchDatabase, testEngine } from './database.js';
 
 /** A token configured as itself. */

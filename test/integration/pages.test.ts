@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import fc from 'fast-check';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPlantRepository } from '../../src/plants/repository.js';
@@ -239,6 +240,47 @@ describe('GET /plants', () => {
     const response = await get(`/plants?tag=${'%F0%9F%8C%B5'.repeat(256)}`);
     expect(response.statusCode).toBe(200);
     expect(response.body).toBe('[]');
+  });
+});
+
+describe('pages across the digit boundaries of plant ids', () => {
+  // Ids of 1 to 4 digits, between the 0 and the 1e15 range above: 9 -> 10 -> 100 -> 1000.
+  const starts = fc.constantFrom(1n, 7n, 95n, 996n);
+  /** The ids a walk from `first` lists, up to and including `last`. */
+  async function walkTo(first: string, last: bigint): Promise<bigint[]> {
+    const seen: bigint[] = [];
+    let url: string | undefined = first;
+    while (url) {
+      const response = await get(url);
+      expect(response.statusCode).toBe(200);
+      const page = ids(response);
+      seen.push(...page.filter((id) => id <= last));
+      url = page.some((id) => id > last) ? undefined : nextPage(response);
+    }
+    return seen;
+  }
+
+  it('lists every plant once, in order, whatever the page size, with and without a tag', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        starts,
+        fc.array(fc.boolean(), { minLength: 1, maxLength: 14 }),
+        async (start, kept) => {
+          const made = kept.map((_, i) => start + BigInt(i));
+          const last = made.at(-1) ?? start;
+          await t.database.query('delete from plants where id between 1 and 9999');
+          await store(...made.map((id) => ({ id: String(id), name: 'digits', tag: 'digits' })));
+          const gone = made.filter((_, i) => !kept[i]).map(String);
+          await t.database.query('delete from plants where id = any($1::int8[])', [gone]);
+          const expected = made.filter((_, i) => kept[i]);
+          for (let limit = 1; limit <= 7; limit++) {
+            expect(await walkTo(`/plants?limit=${limit}&after=0`, last)).toStrictEqual(expected);
+            expect(await walkTo(`/plants?limit=${limit}&tag=digits`, last)).toStrictEqual(expected);
+          }
+        },
+      ),
+      { numRuns: 12 },
+    );
   });
 });
 

@@ -4,13 +4,15 @@ import type { AppDatabase } from '../../src/db/client.js';
 import { DatabaseUnavailableError, RowRejectedError } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
-import { createOutbox } from '../../src/webhooks/outbox.js';
+import { sealSecret } from '../../src/webhooks/secrets.js';
+import { createOutbox } from '../../src/webhooks/statements.js';
 import {
   createScratchDatabase,
   holdPlantsTable,
   type ScratchDatabase,
   serverUrlOf,
 } from '../helpers/database.js';
+import { WEBHOOK_SECRET } from '../helpers/receiver.js';
 
 // DB_POOLER=true, run here straight on the server: what it sends must need no session state.
 // test:scale runs the same path through a real PgBouncer in transaction mode.
@@ -69,13 +71,18 @@ describe('with DB_POOLER=true', () => {
 
   it('records events and fans them out leaving no prepared statement on the connection', async () => {
     const [fanOut, rows] = await withDatabase(open(true), async (db) => {
-      const repository = createPlantRepository(db.db, { ...batching, recordEvents: 'always' });
+      const outbox = createOutbox(db.db, { leaseMs: 60_000 });
+      await outbox.declare(
+        ['http://a/', 'http://b/'],
+        sealSecret(WEBHOOK_SECRET, undefined),
+        60_000,
+      );
+      const repository = createPlantRepository(db.db, { ...batching, recordEvents: true });
       await repository.createPlant({ id: 150n, name: 'Announced' });
-      const outbox = createOutbox(db.db, { urls: ['http://a/', 'http://b/'], leaseMs: 60_000 });
       return [await outbox.fanOut(10, 0n), (await preparedStatements(db)).rows] as const;
     });
     expect(fanOut.events).toBe(1);
-    expect(fanOut.deliveries.map((delivery) => delivery.url).sort()).toStrictEqual([
+    expect(fanOut.deliveries.map((delivery) => delivery.endpoint.url).sort()).toStrictEqual([
       'http://a/',
       'http://b/',
     ]);

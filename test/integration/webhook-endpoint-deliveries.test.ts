@@ -1,18 +1,22 @@
 // Deliveries to endpoints made through the management API, as the dispatcher makes them:
 // each endpoint signed with its own key, the attempt log, rotation, 410 and long failures
 // disabling an endpoint, private destinations refused before connecting, retention.
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { generateSecret, sealSecret } from '../../src/webhooks/secrets.js';
-import { createUpkeep } from '../../src/webhooks/upkeep.js';
+import { createOutcomeStatements, createUpkeep } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { testEngine } from '../helpers/database.js';
 import {
   type Answer,
   type ReceivedRequest,
   startReceiver,
   WEBHOOK_SECRET,
 } from '../helpers/receiver.js';
+
+const ADMIN_TOKEN = 'admin-token-races-2b8e';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -28,6 +32,7 @@ async function receiver(secret: string, answer?: (request: ReceivedRequest, n: n
 /** An app sending to endpoints (and to `urls`), allowed to reach loopback unless told not to. */
 async function app(overrides: Partial<WebhookConfig> = {}) {
   const t = await startTestApp({
+    env: { ADMIN_TOKENS: ADMIN_TOKEN },
     webhooks: {
       ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
       timeoutMs: 1000,
@@ -53,6 +58,17 @@ async function endpoint(
     [url, sealSecret(secret, key), disabled],
   );
   return row?.id ?? '';
+}
+
+/** An endpoint made through the management API (optionally with `secret`). */
+async function endpointThroughTheApi(t: TestApp, url: string, secret?: string): Promise<void> {
+  const response = await t.app.inject({
+    method: 'POST',
+    url: '/webhooks/endpoints',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    payload: JSON.stringify({ url, ...(secret && { secret }) }),
+  });
+  expect(response.statusCode, response.body).toBe(201);
 }
 
 interface AttemptRow extends Record<string, unknown> {
@@ -328,7 +344,7 @@ describe('deliveries to endpoints', () => {
               previous_secret_until = now() - interval '1 second' where id = $1`,
       [id],
     );
-    const upkeep = createUpkeep(t.appDatabase.db, { urls: [], logRetentionS: 3600 });
+    const upkeep = createUpkeep(t.appDatabase.db, { logRetentionS: 3600 });
     expect(await upkeep.sweep()).toBe(2);
     expect(
       await t.database.query(
@@ -342,7 +358,12 @@ describe('deliveries to endpoints', () => {
 
 describe('endpoints through the API, end to end', () => {
   const ADMIN = 'admin-token-e2e-5d1f';
-  const admin = (t: TestApp, method: 'GET' | 'POST' | 'PATCH', url: string, body?: unknown) =>
+  const admin = (
+    t: TestApp,
+    method: 'GET' | 'POST' | 'PATCH' | 'DELETE',
+    url: string,
+    body?: unknown,
+  ) =>
     t.app.inject({
       method,
       url,
@@ -410,15 +431,26 @@ describe('endpoints through the API, end to end', () => {
 
     const log = await eventually(
       async () => (await admin(t, 'GET', `/webhooks/endpoints/${id}/attempts`)).json(),
-      (attempts: unknown[]) => attempts.length === 3,
+      (attempts: unknown[]) => attempts.length === 4,
     );
     const listed = log as Array<{ plantId: number; status: string }>;
     expect(listed.map((a) => [a.plantId, a.status])).toStrictEqual([
+      [4, 'failed'],
       [3, 'failed'],
       [2, 'succeeded'],
       [1, 'succeeded'],
     ]);
-    expect(log[0]).toMatchObject({ responseStatus: 410 });
+    // What the disabled endpoint missed is in its log, as no attempt.
+    expect(log[0]).toStrictEqual({
+      id: expect.stringMatching(/^att_/),
+      eventId: expect.stringMatching(/^msg_/),
+      plantId: 4,
+      status: 'failed',
+      error: 'endpoint disabled',
+      durationMs: 0,
+      attemptedAt: expect.any(String),
+    });
+    expect(log[1]).toMatchObject({ responseStatus: 410 });
 
     // Enabled again and recovered: both missed plants arrive, with their first webhook-id.
     status = 200;
@@ -440,5 +472,126 @@ describe('endpoints through the API, end to end', () => {
       (r) => r.body === '{"id":3,"name":"Aloe"}' && r !== requests[2],
     );
     expect(redelivered?.headers['webhook-id']).toBe(requests[2]?.headers['webhook-id']);
+    const missedAgain = requests.find((r) => r.body === '{"id":4,"name":"Aloe"}');
+    expect(missedAgain?.headers['webhook-id']).toBe((log[0] as { eventId: string }).eventId);
+  });
+
+  it('answers each change within 300 ms; the next delivery goes as changed, here and on another replica', async () => {
+    const before = await receiver(generateSecret());
+    const after = await receiver(generateSecret());
+    const t = await app();
+    const other = await startTestApp({
+      replicaOf: t,
+      env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
+      webhooks: { timeoutMs: 1000, retrySchedule: [0.1] },
+    });
+    open.push(other);
+    const timed = async (method: 'PATCH' | 'POST' | 'DELETE', url: string, body?: unknown) => {
+      const started = performance.now();
+      const response = await admin(other, method, url, body);
+      expect(performance.now() - started, `${method} ${url}`).toBeLessThan(300);
+      return response;
+    };
+    const created = await admin(other, 'POST', '/webhooks/endpoints', { url: before.url });
+    const { id } = created.json() as { id: string };
+    expect((await postPlant(other.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await before.waitFor(1);
+
+    const patched = await timed('PATCH', `/webhooks/endpoints/${id}`, { url: after.url });
+    expect(patched.statusCode).toBe(200);
+    expect((await postPlant(other.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    await after.waitFor(1);
+    // Within a second, every replica sends as changed.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
+    await after.waitFor(2);
+    expect(before.requests.map((r) => r.body)).toStrictEqual(['{"id":1,"name":"Aloe"}']);
+
+    const rotated = await timed('POST', `/webhooks/endpoints/${id}/secret/rotate`, {});
+    expect(rotated.statusCode).toBe(204);
+    const deleted = await timed('DELETE', `/webhooks/endpoints/${id}`);
+    expect(deleted.statusCode).toBe(204);
+    expect((await postPlant(other.app, { id: 4, name: 'Aloe' })).statusCode).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(after.requests).toHaveLength(2);
+  });
+});
+
+describe.runIf(testEngine() === 'postgres')('races with a change of the endpoints', () => {
+  /** A connection of its own, for a transaction that the test holds open. */
+  async function connection(t: TestApp) {
+    const client = new Client({ connectionString: t.database.url });
+    await client.connect();
+    open.push({ close: () => client.end() });
+    return client;
+  }
+  /** Records a plant's event as the service's create statement does. */
+  const recordEvent = (client: Client, id: number) =>
+    client.query(
+      `with plant as (insert into plants (id, name) values ($1, 'Late') returning id)
+       select record_created_events(array(select format('{"id":%s,"name":"Late"}', id) from plant),
+                                    null, false)`,
+      [id],
+    );
+
+  it('sends a create committed after an endpoint was made, in a transaction begun before it', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app();
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query('select 1');
+    await endpointThroughTheApi(t, hook.url, secret);
+    await recordEvent(client, 77);
+    await client.query('commit');
+    const [request] = await hook.waitFor(1);
+    expect(request?.body).toBe('{"id":77,"name":"Late"}');
+  });
+
+  it('answers an endpoint made while a create runs once that create has committed', async () => {
+    const hook = await receiver(generateSecret());
+    const t = await app();
+    const client = await connection(t);
+    await client.query('begin');
+    await recordEvent(client, 78);
+    let answered = false;
+    const made = endpointThroughTheApi(t, hook.url).then(() => {
+      answered = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(answered).toBe(false);
+    await client.query('commit');
+    await made;
+    expect((await postPlant(t.app, { id: 79, name: 'After' })).statusCode).toBe(200);
+    const requests = await hook.waitFor(1);
+    expect(requests.map((r) => r.body)).toContain('{"id":79,"name":"After"}');
+  });
+
+  it('writes an attempt-log batch whose endpoint is deleted while it is written, leaving it out', async () => {
+    const t = await app();
+    await t.dispatcher?.stop(0);
+    const kept = await endpoint(t, 'http://127.0.0.1:9/kept', generateSecret());
+    const deleted = await endpoint(t, 'http://127.0.0.1:9/deleted', generateSecret());
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query('delete from webhook_endpoints where id = $1', [deleted]);
+    const record = (endpointKey: string) => ({
+      endpoint: endpointKey,
+      eventId: randomUUID(),
+      plantId: '1',
+      succeeded: true,
+      durationMs: 3,
+      attemptedAtMs: Date.now(),
+      gone: false,
+    });
+    const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
+    const written = statements.record([
+      { kind: 'released', id: '0', attempt: 1, record: record(deleted) },
+      { kind: 'released', id: '0', attempt: 1, record: record(kept) },
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await client.query('commit');
+    await written;
+    expect((await attempts(t)).map((row) => row.endpoint_id)).toStrictEqual([kept]);
   });
 });

@@ -349,7 +349,7 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
     const endpoint = await create();
     const key = keyOf(endpoint.id);
     await t.database.query(
-      `insert into webhook_deliveries (event_id, endpoint_id, body) values ($1, $2, '{}')`,
+      `insert into webhook_deliveries (event_id, endpoint_id, body) values ($1, $2, '{"id":7}')`,
       [randomUUID(), key],
     );
     const disabled = await call('PATCH', `/webhooks/endpoints/${endpoint.id}`, { disabled: true });
@@ -360,6 +360,18 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
       [key],
     );
     expect(deliveries).toStrictEqual([{ failed: true, last_error: 'endpoint disabled' }]);
+    const log = await call('GET', `/webhooks/endpoints/${endpoint.id}/attempts`);
+    expect(log.json()).toStrictEqual([
+      {
+        id: expect.any(String),
+        eventId: expect.any(String),
+        plantId: 7,
+        status: 'failed',
+        error: 'endpoint disabled',
+        durationMs: 0,
+        attemptedAt: expect.any(String),
+      },
+    ]);
 
     await t.database.query(
       `update webhook_endpoints set disabled_reason = 'the receiver answered 410 Gone',

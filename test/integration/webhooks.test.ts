@@ -2,9 +2,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
-import { createPlantRepository } from '../../src/plants/repository.js';
-import { createDispatcher } from '../../src/webhooks/dispatcher.js';
-import { redeliverFailed } from '../../src/webhooks/upkeep.js';
+import { createDispatcher } from '../../src/webhooks/engine.js';
+import { redeliverFailed } from '../../src/webhooks/statements.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { freePort } from '../helpers/process.js';
 import {
@@ -58,9 +57,10 @@ interface DeliveryRow extends Record<string, unknown> {
 
 const deliveries = (t: TestApp) =>
   t.database.query<DeliveryRow>(
-    `select id::text, event_id::text, url, body, attempts, failed_at is not null as failed,
-            last_status, last_error
-       from webhook_deliveries order by id`,
+    `select d.id::text, d.event_id::text, e.url, d.body, d.attempts,
+            d.failed_at is not null as failed, d.last_status, d.last_error
+       from webhook_deliveries as d join webhook_endpoints as e on e.id = d.endpoint_id
+      order by d.id`,
   );
 
 /** The events recorded and not yet fanned out, oldest first. */
@@ -69,14 +69,13 @@ const events = (t: TestApp) =>
     'select event_id::text, body from webhook_events order by id',
   );
 
-/** An app whose creates record events while no dispatcher runs, as if it died before fanning out. */
-async function appRecordingOnly() {
-  const t = await startTestApp({
-    repository: (database) =>
-      createPlantRepository(database.db, { ...batching, recordEvents: 'always' }),
-  });
+/**
+ * An app that declares `urls` and whose creates record events while no dispatcher runs, as if
+ * it died before fanning out.
+ */
+async function appRecordingOnly(urls = ['http://127.0.0.1:9/unused']) {
+  const t = await startTestApp({ webhooks: webhookConfig(urls) });
   open.push(t);
-  // Its own dispatcher, with no subscriber, would take the events and write nothing.
   await t.dispatcher?.stop(0);
   return t;
 }
@@ -176,7 +175,7 @@ describe('the newPlant webhook', () => {
     const t = await appRecordingOnly();
     const queries = createPlantQueries(t.appDatabase.db, {
       textAsBytes: batching.textAsBytes,
-      recordEvents: 'always',
+      recordEvents: true,
     });
     await queries.insertNew([{ id: 20n, name: 'Stored' }]);
     const { rows } = await queries.insertOrLock([
@@ -211,10 +210,10 @@ describe('the newPlant webhook', () => {
   });
 
   it('fans out an event committed before any dispatcher ran, to each URL with the same webhook-id', async () => {
-    const t = await appRecordingOnly();
+    const hooks = [await receiver(), await receiver(), await receiver()];
+    const t = await appRecordingOnly(hooks.map((hook) => hook.url));
     expect((await postPlant(t.app, { id: 5, name: 'Fern', tag: 'green' })).statusCode).toBe(200);
     const [event] = await events(t);
-    const hooks = [await receiver(), await receiver(), await receiver()];
     const dispatcher = createDispatcher({
       db: t.appDatabase.db,
       config: webhookConfig(hooks.map((hook) => hook.url)),
@@ -416,5 +415,109 @@ describe('a receiver that was down', () => {
         (rows) => rows.length === 0,
       ),
     ).toStrictEqual([]);
+  });
+});
+
+describe('WEBHOOK_URLS as configured endpoints', () => {
+  const ADMIN = 'admin-token-3c7a90';
+  const admin = (t: TestApp, method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string) =>
+    t.app.inject({
+      method,
+      url,
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      ...(method !== 'GET' && method !== 'DELETE' && { payload: '{}' }),
+    });
+
+  async function appDeclaring(urls: string[], replicaOf?: TestApp) {
+    const t = await startTestApp({
+      env: { ADMIN_TOKENS: ADMIN },
+      webhooks: webhookConfig(urls),
+      ...(replicaOf && { replicaOf }),
+    });
+    open.push(t);
+    return t;
+  }
+
+  it('lists each as configured, answers 409 naming WEBHOOK_URLS to every change, and logs its attempts', async () => {
+    const hook = await receiver();
+    const t = await appDeclaring([hook.url]);
+    const listed = await admin(t, 'GET', '/webhooks/endpoints');
+    expect(listed.json()).toStrictEqual([
+      {
+        id: expect.stringMatching(/^ep_/),
+        url: hook.url,
+        description: '',
+        disabled: false,
+        configured: true,
+        createdAt: expect.any(String),
+        updatedAt: expect.any(String),
+      },
+    ]);
+    const path = `/webhooks/endpoints/${listed.json()[0].id}`;
+    for (const [method, url] of [
+      ['PATCH', path],
+      ['DELETE', path],
+      ['POST', `${path}/secret/rotate`],
+      ['GET', `${path}/secret`],
+    ] as const) {
+      const refused = await admin(t, method, url);
+      expect(refused.statusCode, `${method} ${url}`).toBe(409);
+      expect(refused.json().message).toMatch(/WEBHOOK_URLS/);
+    }
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const [request] = await hook.waitFor(1);
+    const log = await eventually(
+      async () => (await admin(t, 'GET', `${path}/attempts`)).json() as unknown[],
+      (entries) => entries.length === 1,
+    );
+    expect(log).toMatchObject([
+      { eventId: request?.headers['webhook-id'], plantId: 1, status: 'succeeded' },
+    ]);
+  });
+
+  it('ends a delivery on a 410 without disabling the endpoint', async () => {
+    const hook = await receiver(() => ({ status: 410 }));
+    const t = await appDeclaring([hook.url]);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const rows = await eventually(
+      () => deliveries(t),
+      (found) => found[0]?.failed === true,
+    );
+    expect(rows).toMatchObject([{ failed: true, last_status: 410 }]);
+    expect((await postPlant(t.app, { id: 2, name: 'Aloe' })).statusCode).toBe(200);
+    await hook.waitFor(2);
+    const [endpoint] = (await admin(t, 'GET', '/webhooks/endpoints')).json();
+    expect(endpoint).toMatchObject({ disabled: false, configured: true });
+  });
+
+  it('stops sending to a URL once no running replica declares it', async () => {
+    const kept = await receiver();
+    const dropped = await receiver();
+    const t = await appDeclaring([kept.url]);
+    const other = await appDeclaring([dropped.url], t);
+    await other.close();
+    // As when the last replica declaring it has been gone for DECLARED_FOR_MS.
+    await t.database.query(
+      `update webhook_endpoints set declared_until = now() - interval '1 second' where url = $1`,
+      [dropped.url],
+    );
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    await kept.waitFor(1);
+    await settle(300);
+    expect(dropped.requests).toHaveLength(0);
+  });
+
+  it('moves the deliveries an older release wrote by URL to its endpoint, with their webhook-id', async () => {
+    const hook = await receiver();
+    const before = await appDeclaring([]);
+    const eventId = '0b8f2f4e-8d51-4d1c-9f53-8b1e8f6a0c11';
+    await before.database.query(
+      `insert into webhook_deliveries (event_id, url, body) values ($1, $2, '{"id":3,"name":"Old"}')`,
+      [eventId, hook.url],
+    );
+    await appDeclaring([hook.url], before);
+    const [request] = await hook.waitFor(1);
+    expect(request?.body).toBe('{"id":3,"name":"Old"}');
+    expect(request?.headers['webhook-id']).toBe(`msg_${eventId.replaceAll('-', '')}`);
   });
 });

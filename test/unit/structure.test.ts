@@ -102,8 +102,9 @@ describe('the shape of src/', () => {
     expect((text.get(join(src, 'server.ts')) ?? '').split('\n').length).toBeLessThanOrEqual(120);
   });
 
-  it('has no file over 400 lines', () => {
-    const long = sources.filter((file) => (text.get(file) ?? '').split('\n').length > 400);
+  // A file is one job: past about 700 lines, it is doing a second one.
+  it('has no file over 700 lines', () => {
+    const long = sources.filter((file) => (text.get(file) ?? '').split('\n').length > 700);
     expect(long.map(name)).toEqual([]);
   });
 

@@ -71,7 +71,7 @@ export type Error = {
 };
 
 /**
- * A subscriber of the newPlant webhook made through the API; never its secret
+ * A subscriber of the newPlant webhook; never its secret
  */
 export type Endpoint = {
     /**
@@ -94,6 +94,10 @@ export type Endpoint = {
      * Why the service disabled it (a 410 from the receiver, or failing too long); absent when it is enabled or was disabled through the API
      */
     disabledReason?: string;
+    /**
+     * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API
+     */
+    configured?: true;
     /**
      * When it was created (RFC 3339, UTC)
      */
@@ -633,6 +637,10 @@ export type DeleteWebhookEndpointErrors = {
      */
     408: Error;
     /**
+     * The endpoint is declared by WEBHOOK_URLS: read-only
+     */
+    409: Error;
+    /**
      * The body (which is ignored) is larger than the limit
      */
     413: Error;
@@ -757,6 +765,10 @@ export type UpdateWebhookEndpointErrors = {
      */
     408: Error;
     /**
+     * The endpoint is declared by WEBHOOK_URLS: read-only
+     */
+    409: Error;
+    /**
      * The body is larger than the limit
      */
     413: Error;
@@ -822,6 +834,10 @@ export type GetWebhookEndpointSecretErrors = {
      * The request did not arrive within the time limit
      */
     408: Error;
+    /**
+     * The endpoint is declared by WEBHOOK_URLS: read-only
+     */
+    409: Error;
     /**
      * Too many failed authentications from this address
      */
@@ -892,6 +908,10 @@ export type RotateWebhookEndpointSecretErrors = {
      * The request did not arrive within the time limit
      */
     408: Error;
+    /**
+     * The endpoint is declared by WEBHOOK_URLS: read-only
+     */
+    409: Error;
     /**
      * The body is larger than the limit
      */

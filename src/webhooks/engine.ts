@@ -2,42 +2,28 @@ import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import type { AttemptResult } from './attempt.js';
-import { createFanOutLoop } from './fan-out.js';
-import { createLanes, type Lane, sendOn } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
-import {
-  type ClaimedDelivery,
-  createOutbox,
-  ENDPOINT_START_WINDOW_MS,
-  laneKeyOf,
-  type Outbox,
-} from './outbox.js';
+import { describeFailure, nextStep } from './schedule.js';
+import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
+import { webhookId } from './signature.js';
 import {
   attemptRecord,
+  type ClaimedDelivery,
+  createOutbox,
   createOutcomeStatements,
+  createUpkeep,
   type DisabledEndpoint,
   GONE_REASON,
+  type Outbox,
+  type Outcome,
   type OutcomeStatements,
-} from './outcomes.js';
-import { createRecorder } from './recorder.js';
-import { describeFailure, nextStep } from './schedule.js';
-import { webhookId } from './signature.js';
-import { createUpkeep, type Upkeep } from './upkeep.js';
+  type Upkeep,
+} from './statements.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
 
-/** A claim outlives the attempt's time limit by this much, so a live holder always finishes first. */
-export const LEASE_MARGIN_MS = 5000;
-/** An attempt must start this long before its claim could no longer cover its time limit. */
-const START_MARGIN_MS = 1000;
-/** How often a dispatcher looks for events and due deliveries that nobody announced to it. */
-const POLL_INTERVAL_MS = 1000;
-/** How often old attempts and failed deliveries are swept away (WEBHOOK_LOG_RETENTION_S). */
-const SWEEP_INTERVAL_MS = 60_000;
-/** An endpoint's lane with nothing to do for this long is closed (it is made again if needed). */
-const IDLE_LANE_MS = 60_000;
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
-/** A woken fan-out looks this many positions before the last event taken (see fan-out.ts). */
+/** A woken fan-out looks this many positions before the last event taken (see createFanOutLoop). */
 const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
@@ -49,8 +35,9 @@ export interface Dispatcher {
    */
   wake(): void;
   /**
-   * An endpoint was changed, deleted or recovered here: its deliveries waiting here are given
-   * back and claimed again as it now is, at once (other processes': ENDPOINT_START_WINDOW_MS).
+   * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
+   * claim still running) is given back and claimed again as it now is, before the answer; other
+   * processes' attempts start within EngineTiming.startWindowMs of a claim, which reads the row.
    */
   endpointChanged(key: string): void;
   /** Starts looking for events and due deliveries: retries, and what other processes left. */
@@ -74,16 +61,13 @@ export interface DispatcherOptions {
   outbox?: Outbox;
   outcomes?: OutcomeStatements;
   upkeep?: Upkeep;
-}
-
-/** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
-export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
-  return config.timeoutMs + LEASE_MARGIN_MS;
+  /** Timings other than production's (tests). */
+  timing?: Partial<EngineTiming> | undefined;
 }
 
 /**
- * Delivers the newPlant webhook to static URLs and to endpoints. A fan-out takes the events
- * that writers recorded, writes one delivery per subscriber, born claimed by this process, and
+ * Delivers the newPlant webhook to every endpoint, configured or made through the API. A fan-out
+ * takes the events that writers recorded, writes one delivery per endpoint, born claimed by this process, and
  * attempts them at once; it runs when this process is woken after recording events and at every
  * poll, so events that a dead process recorded are fanned out by any other. A poll also claims
  * whatever deliveries are due (retries, those whose holder died). Both take rows with FOR UPDATE
@@ -93,16 +77,18 @@ export function leaseMsFor(config: Pick<WebhookConfig, 'timeoutMs'>): number {
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { config, logger, metrics } = options;
-  const leaseMs = leaseMsFor(config);
-  const outbox = options.outbox ?? createOutbox(options.db, { urls: config.urls, leaseMs });
+  const timing = { ...ENGINE_TIMING, ...options.timing };
+  const leaseMs = leaseMsFor(config.timeoutMs, timing);
+  const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const recorder = createRecorder(
     options.outcomes ?? createOutcomeStatements(options.db, config),
     logger,
     disabledByReceivers,
+    timing.recordIntervalMs,
   );
   const record = recorder.record;
-  const makeLanes = createLanes(config);
+  const makeLanes = createLanes({ ...config, connectionIdleMs: timing.connectionIdleMs });
   let running = false;
   let stopping = false;
   // Aborts the attempts still in flight when shutdown can wait no longer.
@@ -112,32 +98,32 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let pollTimer: NodeJS.Timeout | undefined;
   let lastSweep = performance.now();
 
+  /** One lane per endpoint, by its row key. */
   const lanes = new Map<string, Lane>();
-  if (config.secret !== undefined) {
-    for (const url of config.urls) lanes.set(url, makeLanes.staticLane(url, config.secret));
-  }
 
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
-  function laneOf(delivery: ClaimedDelivery): Lane | undefined {
-    const key = laneKeyOf(delivery);
-    let lane = lanes.get(key);
-    if (delivery.endpoint === undefined) return lane;
+  function laneOf(delivery: ClaimedDelivery): Lane {
+    let lane = lanes.get(delivery.endpoint.key);
     if (lane === undefined) {
-      lane = makeLanes.endpointLane(delivery.endpoint);
-      lanes.set(key, lane);
+      lane = makeLanes.lane(delivery.endpoint);
+      lanes.set(delivery.endpoint.key, lane);
     } else makeLanes.retarget(lane, delivery.endpoint);
     return lane;
   }
 
   /**
-   * The latest moment an attempt of `delivery` may start: within its claim, and for an
-   * endpoint within ENDPOINT_START_WINDOW_MS of it, so that no attempt uses what an endpoint was.
+   * The latest moment an attempt of `delivery` may start: within its claim, and within
+   * timing.startWindowMs of it, so that no attempt uses what an endpoint was.
    */
   const startBy = (delivery: ClaimedDelivery) =>
-    delivery.endpoint === undefined
-      ? delivery.claimedAt + leaseMs - config.timeoutMs - START_MARGIN_MS
-      : delivery.claimedAt +
-        Math.min(ENDPOINT_START_WINDOW_MS, leaseMs - config.timeoutMs - START_MARGIN_MS);
+    delivery.claimedAt +
+    Math.min(timing.startWindowMs, leaseMs - config.timeoutMs - timing.startMarginMs);
+
+  /** When an endpoint was last changed here (performance.now()), for a lease after. */
+  const changedAt = new Map<string, number>();
+  /** Claimed before a change here, it may have read the endpoint as it was: given back. */
+  const predatesChange = (delivery: ClaimedDelivery) =>
+    delivery.claimedAt <= (changedAt.get(delivery.endpoint.key) ?? Number.NEGATIVE_INFINITY);
 
   function release(delivery: ClaimedDelivery): void {
     record({ kind: 'released', id: delivery.id, attempt: delivery.attempt });
@@ -175,7 +161,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     metrics?.observeAttempt(result);
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
-    const logged = lane.endpoint !== undefined && {
+    const logged = {
       record: attemptRecord(lane.endpoint, delivery, result, step, { startedAt, durationMs }),
     };
     if (failure === undefined) {
@@ -191,7 +177,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       webhookId: webhookId(delivery.eventId),
       deliveryId: delivery.id,
       receiver: lane.receiver,
-      ...(lane.endpoint !== undefined && { endpoint: lane.endpoint }),
+      endpoint: lane.endpoint,
       attempt: delivery.attempt,
       ...(failure.status === undefined ? { error: failure.error } : { status: failure.status }),
     };
@@ -217,7 +203,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const gone = reason === GONE_REASON;
       metrics?.observeEndpointDisabled(gone ? 'gone' : 'failing');
       logger.warn({ endpoint: key, reason }, `webhook endpoint disabled: ${reason}`);
-      const lane = lanes.get(`endpoint:${key}`);
+      const lane = lanes.get(key);
       if (lane) for (const delivery of lane.queue.splice(0)) release(delivery);
     }
   }
@@ -227,13 +213,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (stopping || at >= lane.wakeAt) return;
     clearTimeout(lane.wakeTimer);
     lane.wakeAt = at;
-    // A little after: the outcome that set the time must be recorded first.
     lane.wakeTimer = setTimeout(
       () => {
         lane.wakeAt = Number.POSITIVE_INFINITY;
         claim(lane);
       },
-      Math.max(0, at - performance.now()) + 50,
+      Math.max(0, at - performance.now()) + timing.wakeLateMs,
     );
     lane.wakeTimer.unref();
   }
@@ -248,11 +233,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const free = config.concurrency - lane.inFlight.size - lane.queue.length;
     if (free <= 0) return;
     lane.claiming = true;
-    const claimed =
-      lane.endpoint === undefined
-        ? outbox.claim(lane.url, free)
-        : outbox.claimForEndpoints(free, lane.endpoint, []);
-    claimed
+    outbox
+      .claim(free, lane.endpoint, [])
       .then(
         (deliveries) => {
           lane.backlog = deliveries.length === free;
@@ -280,11 +262,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const busy: string[] = [];
     for (const lane of lanes.values()) {
       const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
-      if (lane.endpoint !== undefined && (full || lane.claiming)) busy.push(lane.endpoint);
+      if (full || lane.claiming) busy.push(lane.endpoint);
     }
     claimingEndpoints = true;
     outbox
-      .claimForEndpoints(config.concurrency, undefined, busy)
+      .claim(config.concurrency, undefined, busy)
       .then(enqueue, (error) => {
         logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
       })
@@ -298,8 +280,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const touched = new Set<Lane>();
     for (const delivery of deliveries) {
       const lane = laneOf(delivery);
-      if (!lane || stopping || lane.queue.length >= QUEUE_MAX) release(delivery);
-      else {
+      if (stopping || lane.queue.length >= QUEUE_MAX || predatesChange(delivery)) {
+        release(delivery);
+      } else {
         lane.queue.push(delivery);
         lane.lastBusy = performance.now();
         touched.add(lane);
@@ -320,7 +303,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function closeIdleLanes(now: number): void {
     for (const [key, lane] of lanes) {
       const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
-      if (lane.endpoint !== undefined && idle && now - lane.lastBusy > IDLE_LANE_MS) {
+      if (idle && now - lane.lastBusy > timing.idleLaneMs) {
         clearTimeout(lane.wakeTimer);
         lanes.delete(key);
         void lane.pool.close().catch(() => {});
@@ -328,8 +311,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
+  let lastDeclared = performance.now();
+  /** Keeps the WEBHOOK_URLS endpoints receiving while this process runs. */
+  function declareAgain(now: number): void {
+    if (now - lastDeclared < timing.declareAgainMs) return;
+    lastDeclared = now;
+    outbox.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
+      logger.warn({ err: error }, 'WEBHOOK_URLS endpoints not declared again');
+    });
+  }
+
   function sweep(now: number): void {
-    if (now - lastSweep < SWEEP_INTERVAL_MS) return;
+    if (now - lastSweep < timing.sweepIntervalMs) return;
     lastSweep = now;
     upkeep.sweep().catch((error) => {
       logger.warn({ err: error }, 'old webhook attempts and failed deliveries not swept');
@@ -337,20 +330,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function poll(): void {
-    fanOuts.fanOut(0n);
-    for (const lane of lanes.values()) if (lane.endpoint === undefined) claim(lane);
-    claimForEndpoints();
     const now = performance.now();
+    for (const [key, at] of changedAt) if (now - at > leaseMs) changedAt.delete(key);
+    fanOuts.fanOut(0n);
+    claimForEndpoints();
+    declareAgain(now);
     closeIdleLanes(now);
     sweep(now);
-    pollTimer = setTimeout(poll, POLL_INTERVAL_MS * (0.9 + 0.2 * Math.random()));
+    pollTimer = setTimeout(poll, timing.pollIntervalMs * (0.9 + 0.2 * Math.random()));
     pollTimer.unref();
   }
 
   return {
     wake: fanOuts.recent,
     endpointChanged(key) {
-      const lane = lanes.get(`endpoint:${key}`);
+      changedAt.set(key, performance.now());
+      const lane = lanes.get(key);
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);
       // Once the releases are written, the claim reads the endpoint as it now is (a recover's
@@ -393,6 +388,129 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         queued += lane.queue.length;
       }
       return { inFlight, queued };
+    },
+  };
+}
+
+export interface FanOutLoopOptions {
+  /** Events one fan-out takes at most; when it takes that many, another follows at once. */
+  limit: number;
+  /**
+   * A woken fan-out looks at events recorded after the last one taken, less this many: it does
+   * not walk the index entries of the events already gone (until a vacuum), and still finds
+   * events whose statements committed out of order. Anything older is the poll's.
+   */
+  margin: bigint;
+  /** False once the dispatcher stops: no fan-out starts. */
+  active: () => boolean;
+  /** Takes the deliveries a fan-out wrote, born claimed by this process. */
+  take: (deliveries: ClaimedDelivery[]) => void;
+  logger: FastifyBaseLogger;
+}
+
+/** Runs fan-outs one statement at a time; one asked for meanwhile runs after it. */
+export function createFanOutLoop(outbox: Outbox, options: FanOutLoopOptions) {
+  let running: Promise<void> | undefined;
+  /** A fan-out asked for while one ran: from where it looks. */
+  let again: bigint | undefined;
+  let lastTaken = 0n;
+
+  /** Fans out the events above `after`; asked again meanwhile, from the lowest position asked. */
+  function fanOut(after: bigint): void {
+    if (!options.active()) return;
+    if (running) {
+      if (again === undefined || after < again) again = after;
+      return;
+    }
+    running = outbox.fanOut(options.limit, after).then(
+      ({ events, last, deliveries }) => {
+        options.take(deliveries);
+        if (last !== undefined && last > lastTaken) lastTaken = last;
+        // More may wait right after the last one taken.
+        if (events === options.limit && last !== undefined) fanOut(last);
+      },
+      (error) => {
+        options.logger.warn({ err: error }, 'webhook events not fanned out');
+      },
+    );
+    void running.finally(() => {
+      running = undefined;
+      const from = again;
+      again = undefined;
+      if (from !== undefined) fanOut(from);
+    });
+  }
+
+  return {
+    fanOut,
+    /** Fans out what was recorded lately: for a process that has just recorded events. */
+    recent: () => fanOut(lastTaken > options.margin ? lastTaken - options.margin : 0n),
+    /** Resolves when the fan-out running now (if any) has handed over its deliveries. */
+    settled: async () => {
+      await running;
+    },
+  };
+}
+
+const RECORD_BATCH_MAX = 5000;
+
+export interface Recorder {
+  /** Notes an outcome; a delivery's is written within the interval, others at once. */
+  record(outcome: Outcome): void;
+  /** Writes every outcome noted so far. */
+  flush(): Promise<void>;
+}
+
+/**
+ * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
+ * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
+ */
+export function createRecorder(
+  statements: OutcomeStatements,
+  logger: FastifyBaseLogger,
+  onDisabled: (endpoints: DisabledEndpoint[]) => void,
+  /** See EngineTiming.recordIntervalMs. */
+  intervalMs: number,
+): Recorder {
+  const unrecorded: Outcome[] = [];
+  let recording: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let timerSoon = false;
+
+  async function write(): Promise<void> {
+    clearTimeout(timer);
+    timer = undefined;
+    while (recording) await recording;
+    if (unrecorded.length === 0) return;
+    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
+    recording = statements.record(batch).then(
+      (disabled) => {
+        if (disabled.length > 0) onDisabled(disabled);
+      },
+      (error) => {
+        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
+      },
+    );
+    await recording;
+    recording = undefined;
+    if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
+  }
+
+  function schedule(soon: boolean): void {
+    if (timer !== undefined && (timerSoon || !soon)) return;
+    clearTimeout(timer);
+    timerSoon = soon;
+    timer = setTimeout(write, soon ? 0 : intervalMs);
+  }
+
+  return {
+    // A retry is written at once, so that it is due when a process wakes up for it.
+    record(outcome) {
+      unrecorded.push(outcome);
+      schedule(outcome.kind !== 'delivered');
+    },
+    async flush() {
+      while (unrecorded.length > 0 || recording) await write();
     },
   };
 }

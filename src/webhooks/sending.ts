@@ -1,0 +1,394 @@
+import type { KeyObject } from 'node:crypto';
+// Through @opentelemetry/api alone: every call is a no-op until the SDK is started.
+import {
+  type Attributes,
+  isSpanContextValid,
+  ROOT_CONTEXT,
+  type SpanContext,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+} from '@opentelemetry/api';
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_REQUEST_RESEND_COUNT,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_SERVER_ADDRESS,
+  ATTR_SERVER_PORT,
+  ATTR_URL_FULL,
+} from '@opentelemetry/semantic-conventions';
+import { type Dispatcher, Pool } from 'undici';
+import { connectOptions, forbiddenHost } from './destination.js';
+import { openSecret } from './secrets.js';
+import { signatures, signingKey, webhookId } from './signature.js';
+import type { ClaimedDelivery, EndpointTarget } from './statements.js';
+
+/** How one attempt ended. Only a 2xx answered within the time limit is a delivery. */
+export type AttemptResult =
+  | { kind: 'answered'; status: number; retryAfter: string | undefined }
+  | { kind: 'timeout' }
+  /** No answer: the connection was refused, reset, or the name did not resolve. */
+  | { kind: 'unreachable'; code: string };
+
+export interface AttemptOptions {
+  /** A keep-alive connection pool to the delivery's origin. */
+  client: Dispatcher;
+  /** Path and query of the delivery's URL. */
+  path: string;
+  /** The keys that sign it: one, or after a rotation the new and the old. */
+  keys: readonly KeyObject[];
+  timeoutMs: number;
+  /** Abandons the attempt (at shutdown). */
+  signal?: AbortSignal;
+}
+
+/** At most this much of an answer is read; the rest is not waited for. */
+const RESPONSE_READ_LIMIT = 4096;
+
+const USER_AGENT = 'plant-store-webhooks/1.0.0';
+
+function errorCode(error: unknown): string {
+  for (let current = error, depth = 0; current && depth < 4; depth++) {
+    const { code, cause } = current as { code?: unknown; cause?: unknown };
+    if (typeof code === 'string') return code;
+    current = cause;
+  }
+  return (error as Error)?.name ?? 'Error';
+}
+
+const timeoutCodes = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT']);
+
+/**
+ * Makes one attempt of a delivery: a POST of its body, signed for this attempt's timestamp,
+ * whose status must arrive within the time limit. Redirects are not followed (a 3xx is an
+ * answer like any other), and at most a few KiB of the answer are read. Never rejects.
+ * Written against undici's dispatch interface rather than request(), which would make a
+ * stream of every answer: deliveries are as many as creates.
+ */
+export function attemptDelivery(
+  delivery: Pick<ClaimedDelivery, 'eventId' | 'body'>,
+  { client, path, keys, timeoutMs, signal }: AttemptOptions,
+): Promise<AttemptResult> {
+  const id = webhookId(delivery.eventId);
+  const timestamp = Math.floor(Date.now() / 1000);
+  return new Promise<AttemptResult>((resolve) => {
+    let controller: Dispatcher.DispatchController | undefined;
+    let answered: AttemptResult | undefined;
+    let read = 0;
+    let settled = false;
+    const settle = (result: AttemptResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', abandon);
+      resolve(result);
+    };
+    const stop = (result: AttemptResult) => {
+      settle(result);
+      if (controller && !controller.aborted) controller.abort(new Error('attempt over'));
+    };
+    // A status that arrived in time counts, even if the rest of the answer does not.
+    const expire = () => stop(answered ?? { kind: 'timeout' });
+    const abandon = () => stop({ kind: 'timeout' });
+    const timer = setTimeout(expire, timeoutMs);
+    signal?.addEventListener('abort', abandon, { once: true });
+    client.dispatch(
+      {
+        method: 'POST',
+        path,
+        headers: [
+          'content-type',
+          'application/json',
+          'user-agent',
+          USER_AGENT,
+          'webhook-id',
+          id,
+          'webhook-timestamp',
+          String(timestamp),
+          'webhook-signature',
+          signatures(keys, id, timestamp, delivery.body),
+        ],
+        body: delivery.body,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      },
+      {
+        onRequestStart(started) {
+          controller = started;
+          if (settled) started.abort(new Error('attempt over'));
+        },
+        onResponseStart(_controller, status, headers) {
+          const retryAfter = headers['retry-after'];
+          answered = {
+            kind: 'answered',
+            status,
+            retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined,
+          };
+        },
+        onResponseData(_controller, chunk) {
+          read += chunk.length;
+          if (read > RESPONSE_READ_LIMIT && answered) stop(answered);
+        },
+        onResponseEnd() {
+          settle(answered ?? { kind: 'unreachable', code: 'NO_ANSWER' });
+        },
+        onResponseError(_controller, error) {
+          if (answered) return settle(answered);
+          const code = errorCode(error);
+          settle(timeoutCodes.has(code) ? { kind: 'timeout' } : { kind: 'unreachable', code });
+        },
+      },
+    );
+  });
+}
+
+// Asked at each span, not once: the SDK registers its provider through its own copy of the API
+// (it is not bundled), which a tracer this bundle made before the start would never reach.
+const tracer = () => trace.getTracer('plant-store');
+
+/** One attempt as a trace shows it. */
+export interface TracedAttempt {
+  /** What receiverSpanAttributes() says of its receiver. */
+  receiver: Attributes;
+  webhookId: string;
+  /** The attempt's number, from 1. */
+  attempt: number;
+  /** The W3C trace context recorded with its event, for the attempt that follows its fan-out. */
+  traceparent: string | undefined;
+}
+
+/** The attributes of every attempt to `url`; `receiver` is its origin and path, without the query. */
+export function receiverSpanAttributes(url: URL, receiver: string): Attributes {
+  return {
+    [ATTR_HTTP_REQUEST_METHOD]: 'POST',
+    [ATTR_SERVER_ADDRESS]: url.hostname,
+    [ATTR_SERVER_PORT]: Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    // A query string may carry a credential.
+    [ATTR_URL_FULL]: receiver,
+  };
+}
+
+const traceparentFormat = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+function spanContextOf(traceparent: string | undefined): SpanContext | undefined {
+  const match = traceparentFormat.exec(traceparent ?? '');
+  if (!match) return undefined;
+  const [, traceId = '', spanId = '', flags = ''] = match;
+  const spanContext = { traceId, spanId, traceFlags: Number.parseInt(flags, 16), isRemote: true };
+  return isSpanContextValid(spanContext) ? spanContext : undefined;
+}
+
+/** Why an attempt failed, as error.type; undefined for a 2xx or 3xx answer. */
+function failureOf(result: AttemptResult): string | undefined {
+  if (result.kind === 'timeout') return 'timeout';
+  if (result.kind === 'unreachable') return result.code;
+  return result.status >= 400 ? String(result.status) : undefined;
+}
+
+/** Runs an attempt in a span of its own, the child of the statement that recorded its event. */
+export async function attemptSpan(
+  attempt: TracedAttempt,
+  run: () => Promise<AttemptResult>,
+): Promise<AttemptResult> {
+  const recorded = spanContextOf(attempt.traceparent);
+  const span = tracer().startSpan(
+    'POST',
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        ...attempt.receiver,
+        ...(attempt.attempt > 1 && { [ATTR_HTTP_REQUEST_RESEND_COUNT]: attempt.attempt - 1 }),
+        'webhook.id': attempt.webhookId,
+      },
+    },
+    recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT,
+  );
+  // An attempt never rejects: its result says how it ended.
+  const result = await run();
+  if (result.kind === 'answered') span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, result.status);
+  const failure = failureOf(result);
+  if (failure !== undefined) {
+    span.setAttribute(ATTR_ERROR_TYPE, failure);
+    span.setStatus({ code: SpanStatusCode.ERROR });
+  }
+  span.end();
+  return result;
+}
+
+/** One endpoint: its connections, its queue, its attempts. */
+export interface Lane {
+  /** The endpoint's row key. */
+  endpoint: string;
+  url: string;
+  /** Origin and path, for the log: a query string may carry a credential. */
+  receiver: string;
+  /** What the span of every attempt says of the receiver. */
+  receiverAttributes: Attributes;
+  path: string;
+  pool: Pool;
+  /** The keys that sign its deliveries (new, then old during a rotation), or why there are none. */
+  keys: readonly KeyObject[] | 'unreadable';
+  /** Its connections refuse private networks (see destination.ts). */
+  guarded: boolean;
+  /** The URL names a host that deliveries must not reach (checked before connecting). */
+  forbidden: boolean;
+  /** The sealed secrets `keys` were made from: they change only on a rotation. */
+  sealed: string;
+  /** The version of the endpoint the lane was last aimed with (see EndpointTarget). */
+  version: number;
+  queue: ClaimedDelivery[];
+  inFlight: Set<ClaimedDelivery>;
+  claiming: boolean;
+  claimAgain: boolean;
+  /** The last claim took all it asked for: more may be due. */
+  backlog: boolean;
+  wakeAt: number;
+  wakeTimer: NodeJS.Timeout | undefined;
+  /** performance.now() when it last had work: idle endpoint lanes are closed. */
+  lastBusy: number;
+}
+
+export interface LaneOptions {
+  timeoutMs: number;
+  concurrency: number;
+  /** Endpoints may reach private networks (configured ones always may). */
+  allowPrivateNetworks: boolean;
+  encryptionKey: Buffer | undefined;
+  /** See EngineTiming.connectionIdleMs. */
+  connectionIdleMs: number;
+}
+
+/** Makes and retargets lanes; keys are derived once per sealed secret. */
+export function createLanes(options: LaneOptions) {
+  const keyCache = new Map<string, KeyObject>();
+  const keyOf = (sealed: string): KeyObject => {
+    let key = keyCache.get(sealed);
+    if (key === undefined) {
+      if (keyCache.size >= 10_000) keyCache.clear();
+      key = signingKey(openSecret(sealed, options.encryptionKey));
+      keyCache.set(sealed, key);
+    }
+    return key;
+  };
+
+  /** The operator's WEBHOOK_URLS are trusted; an API-made endpoint is not, unless allowed. */
+  const guardedFor = (target: EndpointTarget) =>
+    !target.configured && !options.allowPrivateNetworks;
+
+  function poolFor(url: URL, guarded: boolean): Pool {
+    return new Pool(url.origin, {
+      connections: options.concurrency,
+      keepAliveTimeout: options.connectionIdleMs,
+      keepAliveMaxTimeout: options.connectionIdleMs,
+      connect: { timeout: options.timeoutMs, ...connectOptions(!guarded) },
+    });
+  }
+
+  /** Points the lane at `url`: a new pool when the origin changed. */
+  function aim(lane: Omit<Lane, 'pool'> & { pool?: Pool }, href: string, guarded: boolean): void {
+    const url = new URL(href);
+    if (
+      lane.pool === undefined ||
+      new URL(lane.url).origin !== url.origin ||
+      lane.guarded !== guarded
+    ) {
+      const old = lane.pool;
+      lane.pool = poolFor(url, guarded);
+      // Attempts in flight on the old pool finish there.
+      if (old) void old.close().catch(() => {});
+    }
+    lane.url = href;
+    lane.guarded = guarded;
+    lane.receiver = `${url.origin}${url.pathname}`;
+    lane.receiverAttributes = receiverSpanAttributes(url, lane.receiver);
+    lane.path = `${url.pathname}${url.search}`;
+    lane.forbidden = guarded && forbiddenHost(url.hostname);
+  }
+
+  function blank(endpoint: string, url: string) {
+    return {
+      endpoint,
+      guarded: false,
+      url,
+      receiver: '',
+      receiverAttributes: {},
+      path: '',
+      keys: 'unreadable' as const,
+      forbidden: false,
+      sealed: '',
+      version: 0,
+      queue: [],
+      inFlight: new Set<ClaimedDelivery>(),
+      claiming: false,
+      claimAgain: false,
+      backlog: false,
+      wakeAt: Number.POSITIVE_INFINITY,
+      wakeTimer: undefined,
+      lastBusy: performance.now(),
+    };
+  }
+
+  return {
+    /** An endpoint's lane, as `target` says it is now. */
+    lane(target: EndpointTarget): Lane {
+      const lane: Omit<Lane, 'pool'> & { pool?: Pool } = blank(target.key, target.url);
+      aim(lane, target.url, guardedFor(target));
+      const made = lane as Lane;
+      this.retarget(made, target);
+      return made;
+    },
+    /** Brings an endpoint's lane up to date with what a claim read of it. */
+    retarget(lane: Lane, target: EndpointTarget): void {
+      // A claim that read the endpoint before a change may finish after one that read it after.
+      if (target.version < lane.version) return;
+      lane.version = target.version;
+      const guarded = guardedFor(target);
+      if (target.url !== lane.url || guarded !== lane.guarded) aim(lane, target.url, guarded);
+      const sealed = `${target.secret} ${target.previousSecret ?? ''}`;
+      if (sealed === lane.sealed) return;
+      lane.sealed = sealed;
+      let current: KeyObject;
+      try {
+        current = keyOf(target.secret);
+      } catch {
+        lane.keys = 'unreadable';
+        return;
+      }
+      // The old key only adds a signature: one that cannot be read is left out.
+      let previous: KeyObject | undefined;
+      try {
+        previous = target.previousSecret === undefined ? undefined : keyOf(target.previousSecret);
+      } catch {}
+      lane.keys = previous === undefined ? [current] : [current, previous];
+    },
+  };
+}
+
+export type Lanes = ReturnType<typeof createLanes>;
+
+/** Attempts a delivery on its lane, or refuses it before connecting (see Lane.forbidden, keys). */
+export function sendOn(
+  lane: Lane,
+  delivery: ClaimedDelivery,
+  timeoutMs: number,
+  signal: AbortSignal,
+): Promise<AttemptResult> {
+  if (lane.forbidden) {
+    return Promise.resolve({ kind: 'unreachable', code: 'EDESTINATIONNOTALLOWED' });
+  }
+  if (lane.keys === 'unreadable') {
+    return Promise.resolve({ kind: 'unreachable', code: 'ESECRETUNAVAILABLE' });
+  }
+  const keys = lane.keys;
+  return attemptSpan(
+    {
+      receiver: lane.receiverAttributes,
+      webhookId: webhookId(delivery.eventId),
+      attempt: delivery.attempt,
+      traceparent: delivery.traceparent,
+    },
+    () =>
+      attemptDelivery(delivery, { client: lane.pool, path: lane.path, keys, timeoutMs, signal }),
+  );
+}

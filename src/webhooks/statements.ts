@@ -1,0 +1,650 @@
+import { sql } from 'drizzle-orm';
+import type { Database } from '../db/client.js';
+import { prepareStatement } from '../db/prepared.js';
+import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
+import { describeFailure, type NextStep } from './schedule.js';
+import type { AttemptResult } from './sending.js';
+
+/** What the dispatcher's statements need to know. */
+export interface OutboxOptions {
+  /** How long a process holds the deliveries it claims before any process may claim them. */
+  leaseMs: number;
+}
+
+/** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
+export interface EndpointTarget {
+  /** The endpoint's row key, in decimal. */
+  key: string;
+  url: string;
+  /** The signing key, sealed (see secrets.ts). */
+  secret: string;
+  /** The key before the last rotation, sealed, while it still signs. */
+  previousSecret: string | undefined;
+  /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
+  version: number;
+  /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
+  configured: boolean;
+}
+
+/** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
+export interface ClaimedDelivery {
+  id: string;
+  /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
+  eventId: string;
+  /** The endpoint, as it was when the delivery was claimed. */
+  endpoint: EndpointTarget;
+  /** The exact bytes to sign and send. */
+  body: string;
+  /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
+  attempt: number;
+  /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
+  claimedAt: number;
+  /** When the event was recorded (ms since the epoch). */
+  createdAtMs: number;
+  /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
+  traceparent?: string | undefined;
+}
+
+export const leaseEnd = (leaseMs: number) =>
+  sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
+
+/** The columns every claim returns: the delivery, and its endpoint's target when it has one. */
+interface DeliveryRow {
+  id: string;
+  event_id: string;
+  endpoint_key: string;
+  endpoint_url: string;
+  secret: string;
+  previous_secret: string | null;
+  endpoint_version: number;
+  configured: boolean;
+  body: string;
+  attempts: number;
+  created_ms: number;
+}
+
+/** A taken event, with one of its deliveries to attempt (id null when it has none). */
+interface FanOutRow extends Omit<DeliveryRow, 'id'> {
+  id: string | null;
+  /** The event's row, in the order events were recorded. */
+  position: string;
+  traceparent: string | null;
+}
+
+/** The target of an endpoint's delivery, read beside it; the old key only within its grace. */
+const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
+  e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
+  (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
+
+/** Endpoints that receive: a configured one only while some running replica declares it. */
+const receiving = sql.raw('(not e.configured or e.declared_until > now())');
+
+function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    endpoint: {
+      key: row.endpoint_key,
+      url: row.endpoint_url,
+      secret: row.secret,
+      previousSecret: row.previous_secret ?? undefined,
+      version: row.endpoint_version,
+      configured: row.configured,
+    },
+    body: row.body,
+    attempt: row.attempts,
+    claimedAt,
+    createdAtMs: row.created_ms,
+    traceparent: traceparent ?? undefined,
+  } satisfies ClaimedDelivery;
+}
+
+export interface FanOut {
+  events: number;
+  /** The position of the last event taken; undefined when none was. */
+  last: bigint | undefined;
+  deliveries: ClaimedDelivery[];
+}
+
+export interface Outbox {
+  /**
+   * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
+   * those another process is taking, and turns each into one delivery per receiving endpoint
+   * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
+   * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
+   */
+  fanOut(limit: number, after: bigint): Promise<FanOut>;
+  /**
+   * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
+   * first: of `only` when given, otherwise of every endpoint but those in `busy`.
+   */
+  claim(limit: number, only: string | undefined, busy: string[]): Promise<ClaimedDelivery[]>;
+  /**
+   * Declares the WEBHOOK_URLS endpoints, signed with `secret` (sealed), until `untilMs` from
+   * now, and moves to them the deliveries older releases wrote by URL. `secret` undefined only
+   * renews the declaration.
+   */
+  declare(urls: string[], secret: string | undefined, untilMs: number): Promise<void>;
+}
+
+/** The statements that hand deliveries to dispatchers, each prepared once. */
+export function createOutbox(db: Database, options: OutboxOptions): Outbox {
+  // One statement, one transaction: an event goes only with its deliveries written, so one
+  // taken by a process that dies before the commit stays for the next fan-out of any process.
+  const fanOut = prepareStatement<FanOutRow>(
+    db,
+    'webhook_fan_out',
+    sql`with taken as (
+          delete from webhook_events
+           where id = any(array(
+                   select id from webhook_events where id > ${sql.placeholder('after')}
+                    order by id limit ${sql.placeholder('limit')}
+                      for update skip locked))
+          returning id, event_id, body, traceparent, created_at
+        ),
+        written as (
+          insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
+                                          next_attempt_at, failed_at, last_error)
+          select taken.event_id, e.id, taken.body, taken.created_at,
+                 case when e.disabled then 0 else 1 end,
+                 case when e.disabled then now() else ${leaseEnd(options.leaseMs)} end,
+                 case when e.disabled then now() end,
+                 case when e.disabled then 'endpoint disabled' end
+            from taken join webhook_endpoints as e
+              on e.since_event < taken.id and ${receiving}
+          returning id, event_id, endpoint_id, body, failed_at is null as claimed
+        ),
+        missed as (select endpoint_id, event_id, body from written where not claimed),
+        ${missedLog('missed')}
+        select taken.id::text as position, written.id::text as id,
+               taken.event_id::text as event_id, ${endpointColumns}, taken.body,
+               1 as attempts, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
+               taken.traceparent
+          from taken
+          left join written on written.event_id = taken.event_id and written.claimed
+          left join webhook_endpoints as e on e.id = written.endpoint_id`,
+  );
+  // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
+  // `= any(array(...))` runs the locking subquery once, so a claim takes at most its limit.
+  const claim = prepareStatement<DeliveryRow>(
+    db,
+    'webhook_claim',
+    sql`with claimed as (
+          update webhook_deliveries
+             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
+           where id = any(array(
+                   select due.id from webhook_endpoints as e
+                    cross join lateral (
+                      select id from webhook_deliveries as d
+                       where d.endpoint_id = e.id and d.failed_at is null
+                         and d.next_attempt_at <= now()
+                       order by d.next_attempt_at
+                       limit ${sql.placeholder('limit')}
+                         for update skip locked) as due
+                    where not e.disabled and ${receiving}
+                      and (${sql.placeholder('only')}::int8 is null
+                           or e.id = ${sql.placeholder('only')}::int8)
+                      and e.id <> all(${sql.placeholder('busy')}::int8[])))
+          returning id, event_id, endpoint_id, body, attempts, created_at
+        )
+        select claimed.id::text as id, claimed.event_id::text as event_id,
+               ${endpointColumns}, claimed.body, claimed.attempts,
+               (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
+          from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
+  );
+  // A URL declared for the first time takes the subscription lock, as any new endpoint does;
+  // one already declared is updated first, so a restart uses up no id.
+  const declare = prepareStatement(
+    db,
+    'webhook_declare',
+    sql`with updated as (
+          update webhook_endpoints
+             set secret = ${sql.placeholder('secret')}::text, updated_at = now(),
+                 declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
+           where configured and url = any(${sql.placeholder('urls')}::text[])
+          returning id, url
+        ),
+        inserted as (
+          insert into webhook_endpoints (url, secret, configured, declared_until, since_event)
+          select urls.url, ${sql.placeholder('secret')}::text, true,
+                 now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond', ${NEXT_EVENT}
+            from ${SUBSCRIPTION_LOCKED}, unnest(${sql.placeholder('urls')}::text[]) as urls(url)
+           where urls.url not in (select url from updated)
+          on conflict (url) where configured do nothing
+          returning id, url
+        ),
+        declared as (select * from updated union all select * from inserted)
+        update webhook_deliveries as d set endpoint_id = declared.id, url = null
+          from declared where d.url = declared.url`,
+  );
+  const renew = prepareStatement(
+    db,
+    'webhook_declare_again',
+    sql`with renewed as (
+          update webhook_endpoints
+             set declared_until = greatest(declared_until,
+                   now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond')
+           where configured and url = any(${sql.placeholder('urls')}::text[])
+          returning id, url
+        )
+        update webhook_deliveries as d set endpoint_id = renewed.id, url = null
+          from renewed where d.url = renewed.url`,
+  );
+
+  return {
+    async fanOut(limit, after) {
+      const claimedAt = performance.now();
+      const rows = await fanOut.execute({ limit, after });
+      const events = new Set<string>();
+      let last: bigint | undefined;
+      const deliveries: ClaimedDelivery[] = [];
+      for (const row of rows) {
+        if (!events.has(row.position)) {
+          events.add(row.position);
+          const position = BigInt(row.position);
+          if (last === undefined || position > last) last = position;
+        }
+        if (row.id === null) continue;
+        deliveries.push(deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent));
+      }
+      return { events: events.size, last, deliveries };
+    },
+    async claim(limit, only, busy) {
+      const claimedAt = performance.now();
+      const rows = await claim.execute({ limit, only: only ?? null, busy });
+      return rows.map((row) => deliveryOf(row, claimedAt));
+    },
+    async declare(urls, secret, untilMs) {
+      if (urls.length === 0) return;
+      const values = { urls, untilMs: Math.trunc(untilMs) };
+      await (secret === undefined ? renew.execute(values) : declare.execute({ ...values, secret }));
+    },
+  };
+}
+
+/** What the attempt log keeps of an attempt to an endpoint. */
+export interface AttemptRecord {
+  /** The endpoint's row key, in decimal. */
+  endpoint: string;
+  eventId: string;
+  /** The plant's id, in decimal, read from the body; undefined when it has none. */
+  plantId: string | undefined;
+  succeeded: boolean;
+  status?: number | undefined;
+  error?: string | undefined;
+  durationMs: number;
+  /** When the attempt started (ms since the epoch). */
+  attemptedAtMs: number;
+  /** The receiver answered 410 Gone: its endpoint is disabled at once. */
+  gone: boolean;
+}
+
+/** How one attempt, or a claim given back, leaves its delivery. */
+export type Outcome = (
+  | /** Delivered: the row goes. */ { kind: 'delivered'; id: string }
+  /** Failed; attempted again after `delayMs`. */
+  | { kind: 'retry'; id: string; attempt: number; delayMs: number; status?: number; error: string }
+  /** Given up: after the last attempt, or a 410. */
+  | { kind: 'failed'; id: string; attempt: number; status?: number; error: string }
+  /** Claimed but not attempted (shutdown, or no free slot in time): due again at once. */
+  | { kind: 'released'; id: string; attempt: number }
+) & {
+  /** For an attempt made to an endpoint: what its attempt log and its health learn. */
+  record?: AttemptRecord | undefined;
+};
+
+/** An endpoint disabled by what its receiver did. */
+export interface DisabledEndpoint {
+  key: string;
+  reason: string;
+}
+
+export const GONE_REASON = 'the receiver answered 410 Gone';
+
+/** Why an endpoint that failed for `seconds` is disabled. */
+export const failingReason = (seconds: number) =>
+  `every attempt failed for ${seconds} seconds (WEBHOOK_DISABLE_AFTER_S)`;
+
+/** `{"id":<digits>` opens every newPlant body: the plant's id, exactly. */
+const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
+export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
+
+/** What the attempt log keeps of an attempt of `delivery` to `endpoint` that ended `result`. */
+export function attemptRecord(
+  endpoint: string,
+  delivery: { eventId: string; body: string },
+  result: AttemptResult,
+  step: NextStep,
+  { startedAt, durationMs }: { startedAt: number; durationMs: number },
+): AttemptRecord {
+  const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
+  return {
+    endpoint,
+    eventId: delivery.eventId,
+    plantId: plantIdOf(delivery.body),
+    succeeded: failure === undefined,
+    status: result.kind === 'answered' ? result.status : undefined,
+    error: failure?.status === undefined ? failure?.error : undefined,
+    durationMs,
+    attemptedAtMs: startedAt,
+    gone: step.kind === 'gone',
+  };
+}
+
+export interface OutcomeStatements {
+  /** Writes outcomes; returns the endpoints that their attempts disabled. */
+  record(outcomes: Outcome[]): Promise<DisabledEndpoint[]>;
+}
+
+export function createOutcomeStatements(
+  db: Database,
+  { disableAfterS }: { disableAfterS: number },
+): OutcomeStatements {
+  const deleteDelivered = prepareStatement(
+    db,
+    'webhook_delete_delivered',
+    sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
+  );
+  // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
+  // another process claimed the row again, this outcome is stale and matches nothing; so does
+  // one for a delivery given up meanwhile (its endpoint disabled), which only recover revives.
+  const reschedule = prepareStatement(
+    db,
+    'webhook_reschedule',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
+               failed_at = case when o.delay_ms is null then now() end,
+               last_status = o.status,
+               last_error = o.error
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
+                      ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
+                      ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
+         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+  );
+  // Not attempted: the claim did not start an attempt, so it does not count as one.
+  const release = prepareStatement(
+    db,
+    'webhook_release',
+    sql`update webhook_deliveries as d
+           set next_attempt_at = now(), attempts = d.attempts - 1
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
+            as o(id, attempt)
+         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+  );
+  // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
+  // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
+  // recovered once it is enabled again. An endpoint deleted before it runs, or while it
+  // runs, is left out (its log goes with it); the rest of the batch is written. Its effects,
+  // in order: the log rows; the health of each endpoint (its last attempt in the batch decides);
+  // and, for an endpoint this disables, its pending deliveries failed.
+  const logAttempts = prepareStatement<{ key: string; reason: string }>(
+    db,
+    'webhook_log_attempts',
+    sql`with live as (
+          -- Waits for a delete of one of them to commit, then leaves it out; in key order. Read
+          -- by health too, so it is taken before changed updates the rows.
+          select id from webhook_endpoints
+           where id = any(${sql.placeholder('endpoints')}::int8[])
+           order by id
+             for key share
+        ),
+        logged as (
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded,
+                                        response_status, error, duration_ms, attempted_at)
+          select a.endpoint_id, a.event_id, a.plant_id, a.succeeded, a.status, a.error,
+                 a.duration_ms, to_timestamp(a.at_ms / 1000)
+            from unnest(${sql.placeholder('endpoints')}::int8[], ${sql.placeholder('events')}::uuid[],
+                        ${sql.placeholder('plants')}::int8[], ${sql.placeholder('succeeded')}::bool[],
+                        ${sql.placeholder('statuses')}::int4[], ${sql.placeholder('errors')}::text[],
+                        ${sql.placeholder('durations')}::int4[], ${sql.placeholder('at')}::float8[])
+              with ordinality
+              as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms, n)
+            join live on live.id = a.endpoint_id
+           -- Ids in the order the attempts started: the log lists them newest first by id.
+           order by a.n
+        ),
+        health as (
+          select e.id, h.ok, h.gone, coalesce(e.failing_since, now()) as failing_since,
+                 not h.ok and (h.gone or coalesce(e.failing_since, now())
+                   <= now() - ${sql.placeholder('disableAfter')}::int4 * interval '1 second') as disable
+            from unnest(${sql.placeholder('healthEndpoints')}::int8[], ${sql.placeholder('ok')}::bool[],
+                        ${sql.placeholder('gone')}::bool[]) as h(id, ok, gone)
+            join live on live.id = h.id
+            join webhook_endpoints as e on e.id = h.id
+           -- A configured endpoint is never disabled: a 410 ends that delivery alone.
+           where not e.disabled and not e.configured and not (h.ok and e.failing_since is null)
+           -- Always in one order, so that two processes' batches cannot deadlock.
+           order by e.id
+             for no key update of e
+        ),
+        changed as (
+          update webhook_endpoints as e
+             set failing_since = case when h.ok then null else h.failing_since end,
+                 disabled = h.disable,
+                 disabled_reason = case when not h.disable then null
+                                        when h.gone then ${GONE_REASON}::text
+                                        else ${sql.placeholder('failingReason')}::text end,
+                 updated_at = case when h.disable then now() else e.updated_at end
+            from health as h
+           where e.id = h.id
+          returning e.id, e.disabled, e.disabled_reason
+        ),
+        missed as (
+          update webhook_deliveries as d
+             set failed_at = now(), last_error = 'endpoint disabled'
+            from changed as c
+           where c.disabled and d.endpoint_id = c.id and d.failed_at is null
+          returning d.endpoint_id, d.event_id, d.body
+        ),
+        ${missedLog('missed')}
+        select id::text as key, disabled_reason as reason from changed where disabled`,
+  );
+
+  return {
+    async record(outcomes) {
+      const delivered: string[] = [];
+      const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
+      const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
+      const records: AttemptRecord[] = [];
+      for (const outcome of outcomes) {
+        if (outcome.kind === 'delivered') delivered.push(outcome.id);
+        else if (outcome.kind === 'released') released.push(outcome);
+        else settled.push(outcome);
+        if (outcome.record) records.push(outcome.record);
+      }
+      const statements: Array<Promise<unknown>> = [];
+      if (delivered.length > 0) statements.push(deleteDelivered.execute({ ids: delivered }));
+      if (settled.length > 0) {
+        statements.push(
+          reschedule.execute({
+            ids: settled.map((o) => o.id),
+            attempts: settled.map((o) => o.attempt),
+            delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
+            statuses: settled.map((o) => o.status ?? null),
+            errors: settled.map((o) => o.error),
+          }),
+        );
+      }
+      if (released.length > 0) {
+        statements.push(
+          release.execute({
+            ids: released.map((o) => o.id),
+            attempts: released.map((o) => o.attempt),
+          }),
+        );
+      }
+      await Promise.all(statements);
+      // After the others: disabling an endpoint fails its pending deliveries, which the
+      // statements above may be updating too; one after the other, they cannot deadlock.
+      if (records.length === 0) return [];
+      return logAttempts.execute(logValues(records, disableAfterS));
+    },
+  };
+}
+
+/** The attempt log's columns, and each endpoint's health as its last attempt in the batch says. */
+function logValues(unordered: AttemptRecord[], disableAfterS: number) {
+  const records = unordered.toSorted((a, b) => a.attemptedAtMs - b.attemptedAtMs);
+  const health = new Map<string, { ok: boolean; gone: boolean }>();
+  for (const record of records) {
+    const seen = health.get(record.endpoint);
+    health.set(record.endpoint, {
+      ok: record.succeeded,
+      gone: record.gone || (seen?.gone === true && !record.succeeded),
+    });
+  }
+  return {
+    endpoints: records.map((r) => r.endpoint),
+    events: records.map((r) => r.eventId),
+    plants: records.map((r) => r.plantId ?? null),
+    succeeded: records.map((r) => r.succeeded),
+    statuses: records.map((r) => r.status ?? null),
+    errors: records.map((r) => r.error ?? null),
+    durations: records.map((r) => Math.round(r.durationMs)),
+    at: records.map((r) => r.attemptedAtMs),
+    healthEndpoints: [...health.keys()],
+    ok: [...health.values()].map((h) => h.ok),
+    gone: [...health.values()].map((h) => h.gone),
+    disableAfter: disableAfterS,
+    failingReason: failingReason(disableAfterS),
+  };
+}
+
+export interface OutboxStats {
+  /**
+   * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
+   * receiving endpoint, counted up to STATS_COUNT_LIMIT.
+   */
+  pending: number;
+  /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
+  failed: number;
+  /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
+  oldestDueSeconds: number;
+}
+
+/** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
+export const STATS_COUNT_LIMIT = 100_000;
+
+/** Rows one sweep deletes at most from each table; the next sweep goes on. */
+const SWEEP_LIMIT = 10_000;
+
+export interface Upkeep {
+  stats(): Promise<OutboxStats>;
+  /**
+   * Deletes attempts and failed deliveries older than the retention (returns how many), and
+   * the keys rotated out whose grace is over.
+   */
+  sweep(): Promise<number>;
+}
+
+export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }): Upkeep {
+  const stats = prepareStatement<{
+    pending: number;
+    failed: number;
+    oldest_due: number | null;
+    receivers: number;
+    events: number;
+    oldest_event: number | null;
+  }>(
+    db,
+    'webhook_stats',
+    sql`select
+          (select count(*) from (select 1 from webhook_deliveries where failed_at is null
+                                  limit ${STATS_COUNT_LIMIT}) as p)::int4 as pending,
+          (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
+                                  limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
+          (select extract(epoch from now() - min(due.next_attempt_at))::float8
+             from webhook_endpoints as e
+             cross join lateral (
+               select next_attempt_at from webhook_deliveries
+                where endpoint_id = e.id and failed_at is null and next_attempt_at <= now()
+                order by next_attempt_at limit 1) as due
+            where not e.disabled) as oldest_due,
+          (select count(*) from webhook_endpoints as e
+            where not e.disabled and (not e.configured or e.declared_until > now()))::int4
+            as receivers,
+          (select count(*) from (select 1 from webhook_events
+                                  limit ${STATS_COUNT_LIMIT}) as e)::int4 as events,
+          (select extract(epoch from now() - created_at)::float8 from webhook_events
+            order by id limit 1) as oldest_event`,
+  );
+  const sweep = prepareStatement<{ count: number }>(
+    db,
+    'webhook_sweep',
+    sql`with old_attempts as (
+          delete from webhook_attempts
+           where id = any(array(
+                   select id from webhook_attempts
+                    where attempted_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
+                    limit ${SWEEP_LIMIT}))
+          returning 1
+        ),
+        old_deliveries as (
+          delete from webhook_deliveries
+           where id = any(array(
+                   select id from webhook_deliveries
+                    where failed_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
+                    limit ${SWEEP_LIMIT}))
+          returning 1
+        ),
+        -- A key replaced by a rotation is not kept once its grace is over.
+        expired_keys as (
+          update webhook_endpoints set previous_secret = null, previous_secret_until = null
+           where previous_secret_until < now()
+        )
+        select ((select count(*) from old_attempts) + (select count(*) from old_deliveries))::int4 as count`,
+  );
+  return {
+    async stats() {
+      const [row] = await stats.execute({});
+      // An event not yet fanned out is a delivery pending for each endpoint, due since it was made.
+      const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
+      return {
+        pending: Math.min(pending, STATS_COUNT_LIMIT),
+        failed: row?.failed ?? 0,
+        oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
+      };
+    },
+    async sweep() {
+      const [row] = await sweep.execute({ retention: logRetentionS });
+      return row?.count ?? 0;
+    },
+  };
+}
+
+/** Which failed deliveries to send again; every one when nothing is given. */
+export interface RedeliveryFilter {
+  /** Only those to endpoints of this URL. */
+  url?: string | undefined;
+  /** Only this event (its UUID). */
+  eventId?: string | undefined;
+  /** Only those that failed at or after this time. */
+  failedSince?: Date | undefined;
+}
+
+/**
+ * Makes failed deliveries due again with a fresh retry schedule, so that any running
+ * dispatcher sends them within a poll interval. Returns how many; `dryRun` only counts them.
+ */
+export async function redeliverFailed(
+  db: Database,
+  filter: RedeliveryFilter,
+  dryRun = false,
+): Promise<number> {
+  const where = sql`failed_at is not null
+    and (${filter.url ?? null}::text is null
+         or endpoint_id in (select id from webhook_endpoints where url = ${filter.url ?? null}::text))
+    and (${filter.eventId ?? null}::uuid is null or event_id = ${filter.eventId ?? null}::uuid)
+    and (${filter.failedSince?.toISOString() ?? null}::timestamptz is null
+         or failed_at >= ${filter.failedSince?.toISOString() ?? null}::timestamptz)`;
+  const query = dryRun
+    ? sql`select count(*)::int4 as count from webhook_deliveries where ${where}`
+    : sql`with redelivered as (
+            update webhook_deliveries
+               set failed_at = null, attempts = 0, next_attempt_at = now()
+             where ${where}
+            returning 1)
+          select count(*)::int4 as count from redelivered`;
+  const [row] = await prepareStatement<{ count: number }>(db, '', query).execute({});
+  return row?.count ?? 0;
+}
