@@ -55,14 +55,32 @@ const serverOnly = [
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/integration/embedded.test.ts'];
-// Tests of the HTTP side alone, slow enough to run on one engine: the server when there is one.
-const onOneEngine = [
-  'test/integration/docs-browser.test.ts',
-  'test/integration/readme.test.ts',
-  'test/integration/typescript-client-generated.test.ts',
-  'test/integration/typescript-client-package.test.ts',
-  'test/integration/webhook-endpoints.test.ts',
-  'test/integration/webhook-endpoint-deliveries.test.ts',
+// Tests of what differs between the engines (driver, connection, SQL), run on both when there is
+// a server; every other integration file tests the HTTP side, which is the same on either, and
+// runs once, on the server.
+const onBothEngines = [
+  // Text stored and read back exactly as sent, through each engine's driver.
+  'test/integration/plants.test.ts',
+  // Rows the database refuses, and the edges of every limit, through each driver.
+  'test/integration/validation.test.ts',
+  // Random bodies through each driver, against the oracle.
+  'test/integration/fuzz.test.ts',
+  // Reads by id coalesced into one SELECT, with each driver's int64 and text.
+  'test/integration/reads.test.ts',
+  // Pages as range scans, their cursors through each driver.
+  'test/integration/pages.test.ts',
+  // Coalesced INSERTs and their conflicts on one connection (embedded) and on a pool (server).
+  'test/integration/coalescing.test.ts',
+  // Deletes racing creates: each engine's locking.
+  'test/integration/deletes.test.ts',
+  // The migrations and their history on each engine.
+  'test/integration/migration-history.test.ts',
+  // The failed-authentication count's statements on each engine.
+  'test/integration/auth-failures.test.ts',
+  // Readiness asks the engine, migrated or not.
+  'test/integration/health.test.ts',
+  // The delivery engine's statements (events, fan-out, claims) on each engine.
+  'test/integration/webhooks.test.ts',
 ];
 
 const server = await postgresServerSource();
@@ -78,7 +96,6 @@ if (server) {
       exclude: embeddedOnly,
       globalSetup: ['test/global-setup.ts'],
       provide: { engine: 'postgres' },
-      sequence: { groupOrder: 1 },
     },
   });
 } else {
@@ -100,11 +117,10 @@ projects.push({
   extends: true,
   test: {
     name: 'embedded',
-    include: ['test/integration/**/*.test.ts'],
-    exclude: server ? [...serverOnly, ...onOneEngine] : serverOnly,
+    include: server ? [...embeddedOnly, ...onBothEngines] : ['test/integration/**/*.test.ts'],
+    exclude: serverOnly,
+    globalSetup: ['test/global-setup.ts'],
     provide: { engine: 'pglite' },
-    // The real server first, then the embedded engine.
-    sequence: { groupOrder: 2 },
   },
 });
 
@@ -112,6 +128,9 @@ export default defineConfig({
   test: {
     testTimeout: 30_000,
     hookTimeout: 180_000,
+    // Most integration files wait on PostgreSQL, child processes and sockets rather than on
+    // this process's CPU: four at once keep two cores busy (vitest's default is cores - 1).
+    maxWorkers: 4,
     projects,
   },
 });

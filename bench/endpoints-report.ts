@@ -1,6 +1,6 @@
 import { endpointsOf, type Target } from './options.js';
 import { fixed, markdownTable, textTable } from './report.js';
-import type { RunResult } from './targets-report.js';
+import type { RunResult } from './run-result.js';
 
 // What webhook subscribers cost a create: the service with none (service), one static URL
 // (service+webhooks) and 1, 10 or 100 endpoints (service+endpoints-N), at each level.

@@ -17,6 +17,7 @@ import { benchBuildFolder } from './paths.js';
 import { pgbenchVersion, runPgbench } from './pgbench.js';
 import { describeExit } from './processes.js';
 import type { SuiteReport } from './report.js';
+import type { RunResult, WebhookFigures } from './run-result.js';
 import {
   checkpoint,
   exitedEarly,
@@ -29,13 +30,7 @@ import {
   say,
   startService,
 } from './session.js';
-import {
-  markdownBody,
-  type RunResult,
-  runSummary,
-  textTables,
-  type WebhookFigures,
-} from './targets-report.js';
+import { markdownBody, runSummary, textTables } from './targets-report.js';
 
 /** The server's settings that decide what a commit costs, for the report. */
 const POSTGRES_SETTINGS = [

@@ -11,6 +11,8 @@ export interface EmbeddedOptions {
   /** Directory of the data; in memory (gone at exit) when undefined. */
   dataDir: string | undefined;
   statementTimeoutMs: number;
+  /** A dump of another instance's data (dumpDataDir) to start from, instead of a new database. */
+  loadDataDir?: Blob;
 }
 
 const lockedHere = new Set<string>();
@@ -61,7 +63,10 @@ export async function openEmbedded(options: EmbeddedOptions): Promise<AppDatabas
   const unlock = dataDir === undefined ? () => {} : lockDataDir(dataDir);
   let client: PGlite;
   try {
-    client = await PGlite.create(dataDir === undefined ? {} : { dataDir });
+    client = await PGlite.create({
+      ...(dataDir !== undefined && { dataDir }),
+      ...(options.loadDataDir && { loadDataDir: options.loadDataDir }),
+    });
     await client.exec(`set statement_timeout = ${Math.trunc(options.statementTimeoutMs)}`);
   } catch (error) {
     unlock();

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { inject } from 'vitest';
 import type { AppDatabase } from '../../src/db/client.js';
 import { openEmbedded } from '../../src/db/embedded.js';
-import { migratePostgres, openPostgres } from '../../src/db/postgres.js';
+import { openPostgres } from '../../src/db/postgres.js';
 
 export type Engine = 'postgres' | 'pglite';
 
@@ -51,9 +52,12 @@ export async function onServer(text: string): Promise<void> {
 
 async function serverScratch(migrated: boolean): Promise<ScratchDatabase> {
   const name = `plant_store_test_${randomBytes(6).toString('hex')}`;
-  await onServer(`create database ${name}`);
+  await onServer(
+    migrated
+      ? `create database ${name} template ${inject('templateDatabase')}`
+      : `create database ${name}`,
+  );
   const url = withDatabase(inject('databaseUrl'), name);
-  if (migrated) await migratePostgres(url, 5000);
   return {
     engine: 'postgres',
     url,
@@ -79,9 +83,25 @@ async function serverScratch(migrated: boolean): Promise<ScratchDatabase> {
   };
 }
 
+const embeddedDumps = new Map<string, Blob>();
+
+/** The embedded engine's data as the global setup dumped it, read once per worker. */
+function embeddedDump(migrated: boolean): Blob {
+  const path = inject('embeddedData')[migrated ? 'migrated' : 'blank'];
+  let dump = embeddedDumps.get(path);
+  if (!dump) {
+    dump = new Blob([readFileSync(path)]);
+    embeddedDumps.set(path, dump);
+  }
+  return dump;
+}
+
 async function embeddedScratch(migrated: boolean): Promise<ScratchDatabase> {
-  const database = await openEmbedded({ dataDir: undefined, statementTimeoutMs: 5000 });
-  if (migrated) await database.migrate();
+  const database = await openEmbedded({
+    dataDir: undefined,
+    statementTimeoutMs: 5000,
+    loadDataDir: embeddedDump(migrated),
+  });
   return {
     engine: 'pglite',
     url: undefined,
@@ -97,7 +117,8 @@ async function embeddedScratch(migrated: boolean): Promise<ScratchDatabase> {
 
 /**
  * A database of its own for one test file, on the project's engine: a fresh database on the
- * test server, or a fresh in-memory embedded engine. `migrated` applies the migrations.
+ * test server, or a fresh in-memory embedded engine. `migrated`: with the migrations applied,
+ * copied from what the global setup migrated once.
  */
 export function createScratchDatabase(
   { migrated }: { migrated: boolean } = { migrated: true },

@@ -89,26 +89,22 @@ describe('the service without DATABASE_URL', () => {
   });
 
   it('starts with `npm start` alone, and stops cleanly when npm gets SIGTERM', async () => {
-    const otherDir = mkdtempSync(join(tmpdir(), 'plant-store-npm-start-'));
-    try {
-      const server = await startServer(
-        { API_TOKENS: TOKEN, DATA_DIR: otherDir, HOME: process.env.HOME ?? '' },
-        { command: 'npm', args: ['start'] },
-      );
-      // `npm test` built dist/ first: a start builds only when something changed since.
-      expect(server.stdout).toContainEqual(
-        expect.stringMatching(/^plant-store: dist\/ is up to date with src\//),
-      );
-      expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
-      expect((await post(server.baseUrl, '{"id":1,"name":"npm"}')).status).toBe(200);
-      server.child.kill('SIGTERM');
-      expect(await server.exited).toBe(0);
-      // The service itself got the signal: it shut down and released its data directory.
-      expect(server.stdout.some((line) => line.includes('"msg":"stopped"'))).toBe(true);
-      expect(existsSync(join(otherDir, 'plant-store.lock'))).toBe(false);
-    } finally {
-      rmSync(otherDir, { recursive: true, force: true });
-    }
+    // The data directory the first test made: a new one would cost the engine's initdb again.
+    const server = await startServer(
+      { API_TOKENS: TOKEN, DATA_DIR: dataDir, HOME: process.env.HOME ?? '' },
+      { command: 'npm', args: ['start'] },
+    );
+    // `npm test` built dist/ first: a start builds only when something changed since.
+    expect(server.stdout).toContainEqual(
+      expect.stringMatching(/^plant-store: dist\/ is up to date with src\//),
+    );
+    expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
+    expect((await post(server.baseUrl, '{"id":1,"name":"npm"}')).status).toBe(200);
+    server.child.kill('SIGTERM');
+    expect(await server.exited).toBe(0);
+    // The service itself got the signal: it shut down and released its data directory.
+    expect(server.stdout.some((line) => line.includes('"msg":"stopped"'))).toBe(true);
+    expect(existsSync(join(dataDir, 'plant-store.lock'))).toBe(false);
   });
 
   it('takes over the lock of a process that died without releasing it', async () => {

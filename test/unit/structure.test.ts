@@ -131,3 +131,26 @@ describe('the shape of src/', () => {
     expect(elsewhere.map((file) => relative(root, file))).toEqual([]);
   });
 });
+
+describe('the shape of bench/', () => {
+  const bench = join(root, 'bench');
+  const files = filesUnder(bench);
+  // Every relative import, types included: a circle of types is still two files that need each other.
+  const anyImport = /^(?:import|export)\s[^;]*?\sfrom\s+'(\.[^']+)'/gm;
+
+  it('has no import cycle between files, even of types', () => {
+    const edges = new Map(
+      files.map((file) => [
+        file,
+        new Set(
+          [...readFileSync(file, 'utf8').matchAll(anyImport)].map(([, target = '']) =>
+            resolve(dirname(file), target.replace(/\.js$/, '.ts')),
+          ),
+        ),
+      ]),
+    );
+    expect(
+      cycles(edges).map((cycle) => cycle.map((file) => relative(root, file)).join(' -> ')),
+    ).toEqual([]);
+  });
+});
