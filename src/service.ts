@@ -166,7 +166,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       windowMs: config.auth.windowMs,
     });
     endpoints = createEndpointStore(db.db, {
-      encryptionKey: config.webhooks.encryptionKey,
+      encryptionKeys: config.webhooks.encryptionKeys,
       rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;

@@ -5,7 +5,7 @@ import { type AttemptResult, attemptDelivery } from './attempt.js';
 import { attemptSpan, receiverSpanAttributes } from './attempt-span.js';
 import { connectOptions, forbiddenHost } from './destination.js';
 import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
-import { openSecret } from './secrets.js';
+import { type KeyRing, openSecret } from './secrets.js';
 import { signingKey, webhookId } from './signature.js';
 
 /** One subscriber, a static URL or an endpoint: its connections, its queue, its attempts. */
@@ -45,18 +45,20 @@ export interface LaneOptions {
   concurrency: number;
   /** Endpoints may reach private networks (static URLs always may). */
   allowPrivateNetworks: boolean;
-  encryptionKey: Buffer | undefined;
+  encryptionKeys: KeyRing;
 }
 
 /** Makes and retargets lanes; keys are derived once per sealed secret. */
 export function createLanes(options: LaneOptions) {
   const keyCache = new Map<string, KeyObject>();
-  const keyOf = (sealed: string): KeyObject => {
-    let key = keyCache.get(sealed);
+  const keyOf = (sealed: string, endpoint: string): KeyObject => {
+    const cached = `${endpoint} ${sealed}`;
+    let key = keyCache.get(cached);
     if (key === undefined) {
       if (keyCache.size >= 10_000) keyCache.clear();
-      key = signingKey(openSecret(sealed, options.encryptionKey));
-      keyCache.set(sealed, key);
+      const place = { endpoint, field: 'secret' } as const;
+      key = signingKey(openSecret(sealed, options.encryptionKeys, place));
+      keyCache.set(cached, key);
     }
     return key;
   };
@@ -139,7 +141,7 @@ export function createLanes(options: LaneOptions) {
       lane.sealed = sealed;
       let current: KeyObject;
       try {
-        current = keyOf(target.secret);
+        current = keyOf(target.secret, target.key);
       } catch {
         lane.keys = 'unreadable';
         return;
@@ -147,7 +149,10 @@ export function createLanes(options: LaneOptions) {
       // The old key only adds a signature: one that cannot be read is left out.
       let previous: KeyObject | undefined;
       try {
-        previous = target.previousSecret === undefined ? undefined : keyOf(target.previousSecret);
+        previous =
+          target.previousSecret === undefined
+            ? undefined
+            : keyOf(target.previousSecret, target.key);
       } catch {}
       lane.keys = previous === undefined ? [current] : [current, previous];
     },

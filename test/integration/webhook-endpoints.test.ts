@@ -190,7 +190,7 @@ describe('POST /webhooks/endpoints', () => {
     expect(isEndpointSecret(secret)).toBe(true);
     const row = await storedEndpoint(endpoint.id);
     expect(row).toMatchObject({ url: endpoint.url, description: 'greenhouse', disabled: false });
-    expect(row?.secret).toMatch(/^aes256gcm:/);
+    expect(row?.secret).toMatch(/^aes256gcm-v2:default:/);
     expect(row?.secret).not.toContain(secret.slice('whsec_'.length));
   });
 
