@@ -1,7 +1,7 @@
 // Deliveries to endpoints made through the management API, as the dispatcher makes them:
 // each endpoint signed with its own key, the attempt log, rotation, 410 and long failures
 // disabling an endpoint, private destinations refused before connecting, retention.
-import { createHmac, createSecretKey, randomBytes } from 'node:crypto';
+import { createHmac } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
@@ -13,6 +13,7 @@ import {
   startReceiver,
   WEBHOOK_SECRET,
 } from '../helpers/receiver.js';
+import { ringKey } from '../helpers/sealed.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -42,7 +43,7 @@ async function app(overrides: Partial<WebhookConfig> = {}) {
 }
 
 /** A key ring of one new key. */
-const ringOf = (id: string): KeyRing => [{ id, key: createSecretKey(randomBytes(32)) }];
+const ringOf = (id: string): KeyRing => [ringKey(id)];
 
 const secretOf = (id: string) => ({ endpoint: id, field: 'secret' }) as const;
 

@@ -472,6 +472,21 @@ describe('secrets', () => {
     expect(response.body).not.toContain(key);
   });
 
+  it("does not open a sealed secret copied to another endpoint's row", async () => {
+    const [from, to] = [await create(), await create()];
+    const secret = (await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json().key;
+    await t.database.query(
+      'update webhook_endpoints set secret = (select secret from webhook_endpoints where id = $1) where id = $2',
+      [keyOf(from.id), keyOf(to.id)],
+    );
+    const copied = await call('GET', `/webhooks/endpoints/${to.id}/secret`);
+    expectError(copied, 500, /cannot be read with the encryption key/);
+    expect(copied.body).not.toContain(secret.slice('whsec_'.length));
+    expect((await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json()).toStrictEqual({
+      key: secret,
+    });
+  });
+
   it('never writes a secret in the log', async () => {
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
     const endpoint = await create({ secret });

@@ -1,4 +1,4 @@
-import { createCipheriv, createSecretKey, type KeyObject, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/ids.js';
 import {
@@ -9,19 +9,9 @@ import {
   SecretUnavailableError,
   sealSecret,
 } from '../../src/webhooks/secrets.js';
+import { ringKey, unnamedSeal } from '../helpers/sealed.js';
 
-const ringKey = (id: string) => ({ id, key: createSecretKey(randomBytes(32)) });
 const [k1, k2] = [ringKey('k1'), ringKey('k2')];
-
-/** A value as it was sealed before key ids: no id, and the same AAD for every row. */
-function unnamedSeal(secret: string, key: KeyObject): string {
-  const iv = randomBytes(12);
-  const cipher = createCipheriv('aes-256-gcm', key, iv).setAAD(
-    Buffer.from('plant-store webhook endpoint secret'),
-  );
-  const encrypted = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
-  return `aes256gcm:${Buffer.concat([iv, cipher.getAuthTag(), encrypted]).toString('base64')}`;
-}
 
 describe('endpoint secrets', () => {
   it('makes whsec_ secrets of 32 random bytes, each new', () => {
