@@ -29,7 +29,7 @@ export const webhookEvents = pgTable('webhook_events', {
 
 /**
  * Subscribers made through the management API, each with its own signing key. The keys are
- * stored sealed (see secrets.ts): encrypted under WEBHOOK_ENCRYPTION_KEY when it is set.
+ * stored sealed (see secrets.ts): encrypted under WEBHOOK_ENCRYPTION_KEYS when it is set.
  */
 export const webhookEndpoints = pgTable('webhook_endpoints', {
   id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),

@@ -111,10 +111,17 @@ describe('npm run webhooks:rekey', () => {
     const withPrevious = after.find((row) => row.id === ids[2]);
     expect(openSecret(withPrevious?.previous_secret ?? '', [k2], place(ids[2] ?? ''))).toBe(before);
     expect(after.find((row) => row.id === unreadable)?.secret).toMatch(/^aes256gcm-v2:lost:/);
-    // The running service reads the re-sealed keys.
+    // The running service reads the re-sealed keys, and says of none what it holds.
     for (const [index, id] of ids.entries()) {
       expect(await readSecret(id)).toStrictEqual({ key: secrets[index] });
     }
+    expect((await readSecret(unreadable)).error).toBe(500);
+    const log = t.logs.join('\n');
+    for (const secret of [...secrets, before, rotated]) {
+      expect(log).not.toContain(secret.slice('whsec_'.length));
+    }
+    for (const { key } of [k1, k2, lost])
+      expect(log).not.toContain(key.export().toString('base64'));
 
     const again = rekey([], keysNow);
     expect(await again.exited).toBe(1);
