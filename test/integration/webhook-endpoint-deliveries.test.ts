@@ -156,6 +156,30 @@ describe('deliveries to endpoints', () => {
     expect((await hook.waitFor(1))[0]?.verified).toBe(true);
   });
 
+  it("does not sign with a sealed key copied from another endpoint's row", async () => {
+    const keys = ringOf('k1');
+    const [secretA, secretB] = [generateSecret(), generateSecret()];
+    const [a, b] = [await receiver(secretA), await receiver(secretB)];
+    const t = await app({ encryptionKeys: keys, retrySchedule: [] });
+    const idA = await endpoint(t, a.url, secretA, { keys });
+    const idB = await endpoint(t, b.url, secretB, { keys });
+    await t.database.query(
+      'update webhook_endpoints set secret = (select secret from webhook_endpoints where id = $1) where id = $2',
+      [idA, idB],
+    );
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect((await a.waitFor(1))[0]?.verified).toBe(true);
+    const log = await eventually(
+      () => attempts(t),
+      (rows) => rows.length === 2,
+    );
+    expect(log.find((row) => row.endpoint_id === idB)).toMatchObject({
+      succeeded: false,
+      error: "the endpoint's signing secret cannot be read",
+    });
+    expect(b.requests).toHaveLength(0);
+  });
+
   it('writes no event when there is no subscriber at all, and one per plant once an endpoint exists', async () => {
     const t = await app();
     expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
