@@ -1,5 +1,6 @@
 // `npm run webhooks:rekey` (dist/rekey.js) on a running service's database: every stored key
 // sealed anew under the first key of the ring, in batches, and the service reads them on.
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { endpointIdOf } from '../../src/webhooks/ids.js';
 import { generateSecret, openSecret, sealSecret } from '../../src/webhooks/secrets.js';
@@ -11,11 +12,13 @@ import { keyEntry, ringKey, unnamedSeal } from '../helpers/sealed.js';
 const ADMIN = 'admin-token-5d0b7e';
 const [k1, k2, lost] = [ringKey('k1'), ringKey('k2'), ringKey('lost')];
 const place = (id: string) => ({ endpoint: id, field: 'secret' }) as const;
+const underK1 = (value: string, id: string) => sealSecret(value, [k1], place(id));
+const RING = `${keyEntry(k2)},${keyEntry(k1)}`;
 
 let t: TestApp;
 beforeAll(async () => {
   t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ENCRYPTION_KEYS: `${keyEntry(k2)},${keyEntry(k1)}` },
+    env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ENCRYPTION_KEYS: RING },
   });
   // Rows as the API leaves them: nothing delivers or claims them meanwhile.
   await t.dispatcher?.stop(0);
@@ -66,7 +69,6 @@ describe('npm run webhooks:rekey', () => {
   it('seals every readable key under the first key in batches, names the unreadable, and the service reads on', async () => {
     const secrets = Array.from({ length: 6 }, () => generateSecret());
     const [before, rotated] = [generateSecret(), generateSecret()];
-    const underK1 = (value: string, id: string) => sealSecret(value, [k1], place(id));
     const ids = [
       await stored(secrets[0] ?? '', (value) => unnamedSeal(value, k1.key)),
       await stored(secrets[1] ?? '', (value) => `plain:${value}`),
@@ -84,9 +86,8 @@ describe('npm run webhooks:rekey', () => {
       payload: { url: 'https://receiver.example.com/', secret: rotated },
     });
     expect(create.statusCode).toBe(201);
-    const keysNow = `${keyEntry(k2)},${keyEntry(k1)}`;
 
-    const first = rekey(['--batch-size', '2'], keysNow);
+    const first = rekey(['--batch-size', '2'], RING);
     expect(await first.exited).toBe(1);
     expect(first.stdout).toStrictEqual(['5 stored keys re-sealed under the key "k2"']);
     expect(first.stderr).toStrictEqual([
@@ -123,15 +124,49 @@ describe('npm run webhooks:rekey', () => {
     for (const { key } of [k1, k2, lost])
       expect(log).not.toContain(key.export().toString('base64'));
 
-    const again = rekey([], keysNow);
+    const again = rekey([], RING);
     expect(await again.exited).toBe(1);
     expect(again.stdout[0]).toBe('0 stored keys re-sealed under the key "k2"');
 
     await t.database.query('delete from webhook_endpoints where id = $1', [unreadable]);
-    const clean = rekey([], keysNow);
+    const clean = rekey([], RING);
     expect(await clean.exited).toBe(0);
     expect(clean.stdout[0]).toBe('0 stored keys re-sealed under the key "k2"');
     expect(clean.stderr.filter((line) => line !== '')).toStrictEqual([]);
+  });
+
+  it('keeps a rotation committed while it runs, and re-seals what the rotation wrote', async () => {
+    await t.database.query('delete from webhook_endpoints');
+    const [old, rotated] = [generateSecret(), generateSecret()];
+    const id = await stored(old, underK1);
+    // A replica that still seals under k1 rotates the key; its transaction holds the row.
+    const replica = new pg.Client({ connectionString: serverUrlOf(t.database) });
+    await replica.connect();
+    try {
+      await replica.query('begin');
+      await replica.query(
+        'update webhook_endpoints set previous_secret = secret, secret = $2 where id = $1',
+        [id, underK1(rotated, id)],
+      );
+      const command = rekey([], RING);
+      // Its write has read the row as it was before the rotation, and waits for the row.
+      for (;;) {
+        const waiting = await t.database.query(
+          `select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
+            where not l.granted and a.datname = current_database()`,
+        );
+        if (waiting.length > 0 || command.child.exitCode !== null) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await replica.query('commit');
+      expect(await command.exited).toBe(0);
+      expect(command.stdout).toStrictEqual(['2 stored keys re-sealed under the key "k2"']);
+    } finally {
+      await replica.end();
+    }
+    const [row] = (await rows()).filter((stored) => stored.id === id);
+    expect(openSecret(row?.secret ?? '', [k2], place(id))).toBe(rotated);
+    expect(openSecret(row?.previous_secret ?? '', [k2], place(id))).toBe(old);
   });
 
   it('refuses to run without a key ring, in one line naming the variable', async () => {
