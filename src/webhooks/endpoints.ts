@@ -215,14 +215,14 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   );
 
   const keyOf = (key: bigint) => ({ id: key.toString() });
-  const secretOf = (key: bigint) => ({ endpoint: key.toString(), field: 'secret' }) as const;
+  const secretOf = (key: bigint | string) =>
+    ({ endpoint: key.toString(), field: 'secret' }) as const;
 
   return {
     async create({ url, description, disabled, secret }) {
       const [next] = await nextKey.execute({});
       if (!next) throw new Error('the sequence of endpoint keys returned no value');
-      const place = { endpoint: next.id, field: 'secret' } as const;
-      const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, place);
+      const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(next.id));
       const [row] = await insert.execute({
         id: next.id,
         url,
