@@ -47,6 +47,7 @@ const serverOnly = [
   'test/integration/image-rehearsal.test.ts',
   'test/integration/pooler.test.ts',
   'test/integration/webhooks-process.test.ts',
+  'test/integration/webhook-endpoint-rekey.test.ts',
   'test/integration/tracing.test.ts',
   'test/integration/create-path.test.ts',
   'test/integration/read-only.test.ts',

@@ -1,9 +1,11 @@
+import { createSecretKey, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { MIGRATION_DEFAULTS } from './db/migrate.js';
 import { SHA256_ENTRY_PREFIX } from './http/auth.js';
+import type { EncryptionKey, KeyRing } from './webhooks/secrets.js';
 
 const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
@@ -59,6 +61,7 @@ export const EnvironmentSchema = Type.Object({
   WEBHOOK_RETRY_SCHEDULE: Type.String({ default: '5,300,1800,7200,18000,36000,36000' }),
   WEBHOOK_CONCURRENCY: integer(1, 10_000, 64),
   WEBHOOK_ENCRYPTION_KEY: Type.Optional(Type.String()),
+  WEBHOOK_ENCRYPTION_KEYS: Type.Optional(Type.String()),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: Type.Boolean({ default: false }),
   WEBHOOK_ROTATION_GRACE_S: integer(0, 31_536_000, 86_400),
   WEBHOOK_DISABLE_AFTER_S: integer(60, 31_536_000, 432_000),
@@ -230,13 +233,44 @@ function parseRetrySchedule(value: string): number[] {
   return steps.map(Number);
 }
 
-function parseEncryptionKey(value: string | undefined): Buffer | undefined {
-  if (value === undefined) return undefined;
-  const key = Buffer.from(value, 'base64');
-  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(value) || key.length !== 32) {
+/** A 32-byte key from its base64, or undefined when it is not one. */
+function keyOf(encoded: string): KeyObject | undefined {
+  const bytes = Buffer.from(encoded, 'base64');
+  const valid = /^[A-Za-z0-9+/]+={0,2}$/.test(encoded) && bytes.length === 32;
+  return valid ? createSecretKey(bytes) : undefined;
+}
+
+/** The key ring: `kid:base64` entries, or WEBHOOK_ENCRYPTION_KEY alone as the key `default`. */
+function parseEncryptionKeys(list: string | undefined, single: string | undefined): KeyRing {
+  if (list !== undefined && single !== undefined) {
+    throw new ConfigError(
+      'WEBHOOK_ENCRYPTION_KEYS and WEBHOOK_ENCRYPTION_KEY are both set: list every key in WEBHOOK_ENCRYPTION_KEYS (the one WEBHOOK_ENCRYPTION_KEY held as default:...)',
+    );
+  }
+  if (single !== undefined) {
+    const key = keyOf(single);
+    if (key) return [{ id: 'default', key }];
     throw new ConfigError('WEBHOOK_ENCRYPTION_KEY must be the base64 encoding of 32 bytes');
   }
-  return key;
+  const ring: EncryptionKey[] = [];
+  const fail = (problem: string) => new ConfigError(`WEBHOOK_ENCRYPTION_KEYS ${problem}`);
+  for (const [index, entry] of (list ?? '').split(',').entries()) {
+    if (entry.trim() === '') continue;
+    const [, id = '', encoded = ''] = /^\s*([A-Za-z0-9._-]{1,64}):(.*?)\s*$/.exec(entry) ?? [];
+    const key = keyOf(encoded);
+    if (id === '') {
+      throw fail(
+        `entry ${index + 1} must be kid:base64-of-32-bytes, the kid 1 to 64 of A-Z a-z 0-9 . _ -`,
+      );
+    }
+    if (!key) throw fail(`has a key "${id}" that is not the base64 encoding of 32 bytes`);
+    if (ring.some((known) => known.id === id)) throw fail(`names the key id "${id}" twice`);
+    ring.push({ id, key });
+  }
+  if (list !== undefined && ring.length === 0) {
+    throw new ConfigError('WEBHOOK_ENCRYPTION_KEYS must list at least one kid:base64-of-32-bytes');
+  }
+  return ring;
 }
 
 function readWebhooks(environment: Environment) {
@@ -258,8 +292,11 @@ function readWebhooks(environment: Environment) {
     timeoutMs: environment.WEBHOOK_TIMEOUT_MS,
     retrySchedule: parseRetrySchedule(environment.WEBHOOK_RETRY_SCHEDULE),
     concurrency: environment.WEBHOOK_CONCURRENCY,
-    /** Endpoint secrets are sealed with this AES-256-GCM key when it is set. */
-    encryptionKey: parseEncryptionKey(environment.WEBHOOK_ENCRYPTION_KEY),
+    /** Endpoint secrets are sealed under the first of these AES-256-GCM keys; every one opens. */
+    encryptionKeys: parseEncryptionKeys(
+      environment.WEBHOOK_ENCRYPTION_KEYS,
+      environment.WEBHOOK_ENCRYPTION_KEY,
+    ),
     /** Let endpoints reach loopback, private and link-local addresses (development, tests). */
     allowPrivateNetworks: environment.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
     /** How long the key before a rotation still signs, in seconds. */

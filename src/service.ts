@@ -173,17 +173,20 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       windowMs: config.auth.windowMs,
     });
     endpoints = createEndpointStore(db.db, {
-      encryptionKey: config.webhooks.encryptionKey,
+      encryptionKeys: config.webhooks.encryptionKeys,
       rotationGraceS: config.webhooks.rotationGraceS,
     });
     const webhooks = config.webhooks;
+    const { secret, encryptionKeys } = webhooks;
     const timing = { ...ENGINE_TIMING, ...deps.webhookTiming };
     const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks.timeoutMs, timing) });
     // Before the first create: its events are recorded for them.
     await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
       outbox.declare(
         webhooks.urls,
-        webhooks.secret && sealSecret(webhooks.secret, webhooks.encryptionKey),
+        secret === undefined
+          ? undefined
+          : (endpoint) => sealSecret(secret, encryptionKeys, { endpoint, field: 'secret' }),
         timing.declaredForMs,
       ),
     );

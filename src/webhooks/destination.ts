@@ -12,32 +12,49 @@ import { BlockList, isIP, type LookupFunction } from 'node:net';
 export const DESTINATION_NOT_ALLOWED = 'EDESTINATIONNOTALLOWED';
 const MESSAGE = 'destination not allowed';
 
+// Every entry of IANA's IPv4 Special-Purpose Address Registry (those marked globally reachable
+// too: they are anycast services, where no receiver lives), multicast, and cloud metadata.
 const forbiddenV4 = new BlockList();
 for (const [network, prefix] of [
   ['0.0.0.0', 8], // "this network", includes the unspecified 0.0.0.0
   ['10.0.0.0', 8], // private
   ['100.64.0.0', 10], // shared address space (carrier NAT); includes 100.100.100.200 (Alibaba metadata)
   ['127.0.0.0', 8], // loopback
+  ['168.63.129.16', 32], // Azure's platform address (WireServer), reachable from inside Azure only
   ['169.254.0.0', 16], // link-local; includes 169.254.169.254 (cloud metadata)
   ['172.16.0.0', 12], // private
-  ['192.0.0.0', 24], // IETF protocol assignments
+  ['192.0.0.0', 24], // IETF protocol assignments (DS-Lite, PCP and TURN anycast, NAT64 discovery)
+  ['192.0.2.0', 24], // documentation, TEST-NET-1
+  ['192.31.196.0', 24], // AS112 DNS sinks
+  ['192.52.193.0', 24], // AMT relays
+  ['192.88.99.0', 24], // 6to4 relay anycast, deprecated
   ['192.168.0.0', 16], // private
+  ['192.175.48.0', 24], // AS112 direct delegation
   ['198.18.0.0', 15], // benchmarking
+  ['198.51.100.0', 24], // documentation, TEST-NET-2
+  ['203.0.113.0', 24], // documentation, TEST-NET-3
   ['224.0.0.0', 4], // multicast
   ['240.0.0.0', 4], // reserved, includes broadcast 255.255.255.255
 ] as const) {
   forbiddenV4.addSubnet(network, prefix, 'ipv4');
 }
 
+// IPv6 forms that embed an IPv4 address are judged by it before this list is (embeddedIpv4).
 const forbiddenV6 = new BlockList();
-forbiddenV6.addAddress('::', 'ipv6'); // unspecified
-forbiddenV6.addAddress('::1', 'ipv6'); // loopback
 for (const [network, prefix] of [
-  ['fe80::', 10], // link-local
-  ['fec0::', 10], // site-local (deprecated, still private in practice)
-  ['fc00::', 7], // unique-local; includes fd00:ec2::254 (AWS metadata)
-  ['ff00::', 8], // multicast
-  ['64:ff9b:1::', 48], // NAT64 for local use: translates to networks of the operator's choosing
+  // Outside global unicast 2000::/3: ::, ::1, discard-only 100::/64, dummy 100:0:0:1::/64,
+  // NAT64 local-use 64:ff9b:1::/48 (its IPv4 sits where the operator chose), SRv6 SIDs
+  // 5f00::/16, unique-local fc00::/7 (AWS metadata fd00:ec2::254), link-local fe80::/10,
+  // site-local fec0::/10, multicast ff00::/8, and the space IANA has not allocated.
+  ['::', 3],
+  ['4000::', 2],
+  ['8000::', 1],
+  // IETF protocol assignments (but Teredo 2001::/32): anycast, benchmarking 2001:2::/48, AMT,
+  // AS112, ORCHID 2001:10::/28, ORCHIDv2 2001:20::/28, drone tags 2001:30::/28.
+  ['2001::', 23],
+  ['2001:db8::', 32], // documentation
+  ['2620:4f:8000::', 48], // AS112 direct delegation
+  ['3fff::', 20], // documentation
 ] as const) {
   forbiddenV6.addSubnet(network, prefix, 'ipv6');
 }
@@ -64,22 +81,29 @@ function ipv4Of(high: number, low: number): string {
   return `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
 }
 
-/** The IPv4 address an IPv6 address carries and is routed to, if it is of a form that embeds one. */
-function embeddedIpv4(groups: number[]): string | undefined {
+/**
+ * The IPv4 addresses an IPv6 address carries and is routed by, if it is of a form that embeds
+ * any; every one of them must be allowed for the IPv6 address to be.
+ */
+function embeddedIpv4(groups: number[]): string[] | undefined {
   const [g0 = 0, g1 = 0, g2 = 0, g3 = 0, g4 = 0, g5 = 0, g6 = 0, g7 = 0] = groups;
-  const zeroTo80 = g0 === 0 && g1 === 0 && g2 === 0 && g3 === 0 && g4 === 0;
-  if (zeroTo80 && (g5 === 0xffff || g5 === 0)) return ipv4Of(g6, g7); // ::ffff:a.b.c.d, ::a.b.c.d
+  const upTo64Zero = g0 === 0 && g1 === 0 && g2 === 0 && g3 === 0;
+  // IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d (also :: and ::1, judged as 0.0.0.x).
+  if (upTo64Zero && g4 === 0 && (g5 === 0xffff || g5 === 0)) return [ipv4Of(g6, g7)];
+  if (upTo64Zero && g4 === 0xffff && g5 === 0) return [ipv4Of(g6, g7)]; // IPv4-translated ::ffff:0:a.b.c.d
   if (g0 === 0x64 && g1 === 0xff9b && g2 === 0 && g3 === 0 && g4 === 0 && g5 === 0) {
-    return ipv4Of(g6, g7); // NAT64 well-known prefix 64:ff9b::/96
+    return [ipv4Of(g6, g7)]; // NAT64 well-known prefix 64:ff9b::/96
   }
-  if (g0 === 0x2002) return ipv4Of(g1, g2); // 6to4 2002:a.b.c.d::/48
+  if (g0 === 0x2002) return [ipv4Of(g1, g2)]; // 6to4 2002:a.b.c.d::/48
+  // Teredo 2001::/32: the server's IPv4, and the client's, which is the last 32 bits inverted.
+  if (g0 === 0x2001 && g1 === 0) return [ipv4Of(g2, g3), ipv4Of(g6 ^ 0xffff, g7 ^ 0xffff)];
   return undefined;
 }
 
 /**
- * True when a connection to `address` could reach the host itself, a private or link-local
- * network, or a cloud metadata service; also true for anything that is not an IP address, since
- * it cannot be judged.
+ * True when a connection to `address` could reach the host itself, a private, link-local or
+ * other special-purpose network, or a cloud metadata service; also true for anything that is
+ * not an IP address, since it cannot be judged.
  */
 export function isForbiddenAddress(address: string): boolean {
   let text = address.trim();
@@ -91,7 +115,7 @@ export function isForbiddenAddress(address: string): boolean {
       return forbiddenV4.check(text, 'ipv4');
     case 6: {
       const ipv4 = embeddedIpv4(ipv6Groups(text));
-      if (ipv4 !== undefined) return forbiddenV4.check(ipv4, 'ipv4');
+      if (ipv4 !== undefined) return ipv4.some((inner) => forbiddenV4.check(inner, 'ipv4'));
       return forbiddenV6.check(text, 'ipv6');
     }
     default:

@@ -2,7 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { INT64_MAX } from '../kinds.js';
-import { generateSecret, openSecret, sealSecret } from './secrets.js';
+import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
 export interface EndpointRow {
@@ -48,8 +48,8 @@ export interface EndpointPatch {
 }
 
 export interface EndpointStoreOptions {
-  /** Secrets are sealed with this AES-256-GCM key when it is set (see secrets.ts). */
-  encryptionKey: Buffer | undefined;
+  /** Secrets are sealed under the first of these keys, bound to their row (see secrets.ts). */
+  encryptionKeys: KeyRing;
   /** How long the key before a rotation still signs, in seconds. */
   rotationGraceS: number;
 }
@@ -111,6 +111,8 @@ export const SUBSCRIPTION_LOCKED = sql.raw(
 );
 /** Above every event recorded before the lock, below every one after it. */
 export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
+/** A new endpoint's row key, drawn before its insert: its secret is sealed for it. */
+export const NEXT_ENDPOINT = sql.raw(`nextval(pg_get_serial_sequence('webhook_endpoints', 'id'))`);
 
 /**
  * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body) that an endpoint
@@ -127,15 +129,22 @@ const endpointKey = sql`${placeholder('id')}::bigint`;
 
 /** The statements of the management API over `db`, each prepared once. */
 export function createEndpointStore(db: Database, options: EndpointStoreOptions): EndpointStore {
-  const { encryptionKey } = options;
+  const { encryptionKeys } = options;
   const grace = Math.trunc(options.rotationGraceS);
 
+  // The secret is sealed for its row, so the row's key is drawn before the insert.
+  const nextKey = prepareStatement<{ id: string }>(
+    db,
+    'webhook_endpoint_next_id',
+    sql`select ${NEXT_ENDPOINT}::text as id`,
+  );
   // Under the subscription lock: every create's events are recorded before, or after and for it.
   const insert = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_create',
-    sql`insert into webhook_endpoints (url, description, disabled, secret, since_event)
-        select ${placeholder('url')}::text, ${placeholder('description')}::text,
+    sql`insert into webhook_endpoints (id, url, description, disabled, secret, since_event)
+        overriding system value
+        select ${endpointKey}, ${placeholder('url')}::text, ${placeholder('description')}::text,
                ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text, ${NEXT_EVENT}
           from ${SUBSCRIPTION_LOCKED}
         returning ${endpointColumns(endpoints)}`,
@@ -241,11 +250,21 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
   );
 
   const keyOf = (key: bigint) => ({ id: key.toString() });
+  const secretOf = (key: bigint | string) =>
+    ({ endpoint: key.toString(), field: 'secret' }) as const;
 
   return {
     async create({ url, description, disabled, secret }) {
-      const sealed = sealSecret(secret ?? generateSecret(), encryptionKey);
-      const [row] = await insert.execute({ url, description, disabled, secret: sealed });
+      const [next] = await nextKey.execute({});
+      if (!next) throw new Error('the sequence of endpoint keys returned no value');
+      const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(next.id));
+      const [row] = await insert.execute({
+        id: next.id,
+        url,
+        description,
+        disabled,
+        secret: sealed,
+      });
       if (!row) throw new Error('the insert of an endpoint returned no row');
       return row;
     },
@@ -269,10 +288,10 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
     },
     async secret(key) {
       const [row] = await selectSecret.execute(keyOf(key));
-      return row && openSecret(row.secret, encryptionKey);
+      return row && openSecret(row.secret, encryptionKeys, secretOf(key));
     },
     async rotate(key, secret) {
-      const sealed = sealSecret(secret ?? generateSecret(), encryptionKey);
+      const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(key));
       return (await rotation.execute({ ...keyOf(key), secret: sealed })).length > 0;
     },
     async attempts(key, { before, limit, succeeded }) {

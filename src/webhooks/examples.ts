@@ -163,7 +163,11 @@ export const endpointErrorExamples = {
     configured: error(409, CONFIGURED_MESSAGE, 'Declared by WEBHOOK_URLS'),
   },
   secretUnavailable: {
-    key: error(500, SECRET_UNAVAILABLE_MESSAGE, 'Sealed under another WEBHOOK_ENCRYPTION_KEY'),
+    key: error(
+      500,
+      SECRET_UNAVAILABLE_MESSAGE,
+      'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
+    ),
   },
   tooLarge: error(413, 'the request body is larger than the limit of 65536 bytes', 'Too large'),
   notJson: error(415, 'Content-Type must be application/json', 'Not JSON'),

@@ -20,7 +20,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import { type Dispatcher, Pool } from 'undici';
 import { connectOptions, forbiddenHost } from './destination.js';
-import { openSecret } from './secrets.js';
+import { type KeyRing, openSecret } from './secrets.js';
 import { signatures, signingKey, webhookId } from './signature.js';
 import type { ClaimedDelivery, EndpointTarget } from './statements.js';
 
@@ -254,7 +254,7 @@ export interface LaneOptions {
   concurrency: number;
   /** Endpoints may reach private networks (configured ones always may). */
   allowPrivateNetworks: boolean;
-  encryptionKey: Buffer | undefined;
+  encryptionKeys: KeyRing;
   /** See EngineTiming.connectionIdleMs. */
   connectionIdleMs: number;
 }
@@ -262,12 +262,14 @@ export interface LaneOptions {
 /** Makes and retargets lanes; keys are derived once per sealed secret. */
 export function createLanes(options: LaneOptions) {
   const keyCache = new Map<string, KeyObject>();
-  const keyOf = (sealed: string): KeyObject => {
-    let key = keyCache.get(sealed);
+  const keyOf = (sealed: string, endpoint: string): KeyObject => {
+    const cached = `${endpoint} ${sealed}`;
+    let key = keyCache.get(cached);
     if (key === undefined) {
       if (keyCache.size >= 10_000) keyCache.clear();
-      key = signingKey(openSecret(sealed, options.encryptionKey));
-      keyCache.set(sealed, key);
+      const place = { endpoint, field: 'secret' } as const;
+      key = signingKey(openSecret(sealed, options.encryptionKeys, place));
+      keyCache.set(cached, key);
     }
     return key;
   };
@@ -350,7 +352,7 @@ export function createLanes(options: LaneOptions) {
       lane.sealed = sealed;
       let current: KeyObject;
       try {
-        current = keyOf(target.secret);
+        current = keyOf(target.secret, target.key);
       } catch {
         lane.keys = 'unreadable';
         return;
@@ -358,7 +360,10 @@ export function createLanes(options: LaneOptions) {
       // The old key only adds a signature: one that cannot be read is left out.
       let previous: KeyObject | undefined;
       try {
-        previous = target.previousSecret === undefined ? undefined : keyOf(target.previousSecret);
+        previous =
+          target.previousSecret === undefined
+            ? undefined
+            : keyOf(target.previousSecret, target.key);
       } catch {}
       lane.keys = previous === undefined ? [current] : [current, previous];
     },

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
+import { missedLog, NEXT_ENDPOINT, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 import { describeFailure, type NextStep } from './schedule.js';
 import type { AttemptResult } from './sending.js';
 
@@ -120,11 +120,15 @@ export interface Outbox {
    */
   claim(limit: number, only: string | undefined, busy: string[]): Promise<ClaimedDelivery[]>;
   /**
-   * Declares the WEBHOOK_URLS endpoints, signed with `secret` (sealed), until `untilMs` from
-   * now, and moves to them the deliveries older releases wrote by URL. `secret` undefined only
-   * renews the declaration.
+   * Declares the WEBHOOK_URLS endpoints, signed with the secret `sealFor` seals for each row key,
+   * until `untilMs` from now, and moves to them the deliveries older releases wrote by URL.
+   * `sealFor` undefined only renews the declaration.
    */
-  declare(urls: string[], secret: string | undefined, untilMs: number): Promise<void>;
+  declare(
+    urls: string[],
+    sealFor: ((endpoint: string) => string) | undefined,
+    untilMs: number,
+  ): Promise<void>;
 }
 
 /** The statements that hand deliveries to dispatchers, each prepared once. */
@@ -192,30 +196,50 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
   );
-  // A URL declared for the first time takes the subscription lock, as any new endpoint does;
-  // one already declared is updated first, so a restart uses up no id.
-  const declare = prepareStatement(
+  // The secret is sealed for its row: a URL's key is its row's, or drawn for the insert (only
+  // when there is none, so a restart uses up no id).
+  const declaredKeys = prepareStatement<{ url: string; id: string }>(
+    db,
+    'webhook_declare_keys',
+    sql`select urls.url,
+               coalesce((select e.id from webhook_endpoints as e
+                          where e.configured and e.url = urls.url), ${NEXT_ENDPOINT})::text as id
+          from unnest(${sql.placeholder('urls')}::text[]) as urls(url)`,
+  );
+  // A URL declared for the first time takes the subscription lock, as any new endpoint does.
+  // A row whose key is not the one sealed for (another replica inserted it meanwhile) is left
+  // as it is and its URL not returned, to be sealed again for that row.
+  const declare = prepareStatement<{ url: string }>(
     db,
     'webhook_declare',
-    sql`with updated as (
-          update webhook_endpoints
-             set secret = ${sql.placeholder('secret')}::text, updated_at = now(),
+    sql`with given as (
+          select * from unnest(${sql.placeholder('urls')}::text[], ${sql.placeholder('ids')}::int8[],
+                               ${sql.placeholder('secrets')}::text[]) as given(url, id, secret)
+        ),
+        updated as (
+          update webhook_endpoints as e
+             set secret = given.secret, updated_at = now(),
                  declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
-           where configured and url = any(${sql.placeholder('urls')}::text[])
-          returning id, url
+            from given
+           where e.configured and e.url = given.url and e.id = given.id
+          returning e.id, e.url
         ),
         inserted as (
-          insert into webhook_endpoints (url, secret, configured, declared_until, since_event)
-          select urls.url, ${sql.placeholder('secret')}::text, true,
+          insert into webhook_endpoints (id, url, secret, configured, declared_until, since_event)
+          overriding system value
+          select given.id, given.url, given.secret, true,
                  now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond', ${NEXT_EVENT}
-            from ${SUBSCRIPTION_LOCKED}, unnest(${sql.placeholder('urls')}::text[]) as urls(url)
-           where urls.url not in (select url from updated)
+            from ${SUBSCRIPTION_LOCKED}, given
+           where given.url not in (select url from updated)
           on conflict (url) where configured do nothing
           returning id, url
         ),
-        declared as (select * from updated union all select * from inserted)
-        update webhook_deliveries as d set endpoint_id = declared.id, url = null
-          from declared where d.url = declared.url`,
+        declared as (select * from updated union all select * from inserted),
+        moved as (
+          update webhook_deliveries as d set endpoint_id = declared.id, url = null
+            from declared where d.url = declared.url
+        )
+        select url from declared`,
   );
   const renew = prepareStatement(
     db,
@@ -254,10 +278,26 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
       const rows = await claim.execute({ limit, only: only ?? null, busy });
       return rows.map((row) => deliveryOf(row, claimedAt));
     },
-    async declare(urls, secret, untilMs) {
+    async declare(urls, sealFor, untilMs) {
       if (urls.length === 0) return;
-      const values = { urls, untilMs: Math.trunc(untilMs) };
-      await (secret === undefined ? renew.execute(values) : declare.execute({ ...values, secret }));
+      if (sealFor === undefined) {
+        await renew.execute({ urls, untilMs: Math.trunc(untilMs) });
+        return;
+      }
+      let due = urls;
+      // A second round finds the row another replica inserted; a third is only for a deletion.
+      for (let round = 0; round < 3 && due.length > 0; round++) {
+        const keys = await declaredKeys.execute({ urls: due });
+        const declared = await declare.execute({
+          urls: keys.map((row) => row.url),
+          ids: keys.map((row) => row.id),
+          secrets: keys.map((row) => sealFor(row.id)),
+          untilMs: Math.trunc(untilMs),
+        });
+        const done = new Set(declared.map((row) => row.url));
+        due = due.filter((url) => !done.has(url));
+      }
+      if (due.length > 0) throw new Error(`${due.length} WEBHOOK_URLS could not be declared`);
     },
   };
 }

@@ -31,7 +31,7 @@ export const webhookEvents = pgTable('webhook_events', {
 /**
  * Every subscriber: made through the management API, or declared by WEBHOOK_URLS
  * (`configured`), each with its own signing key. The keys are stored sealed (see secrets.ts):
- * encrypted under WEBHOOK_ENCRYPTION_KEY when it is set.
+ * encrypted under WEBHOOK_ENCRYPTION_KEYS when it is set.
  */
 export const webhookEndpoints = pgTable(
   'webhook_endpoints',

@@ -74,7 +74,7 @@ describe('with DB_POOLER=true', () => {
       const outbox = createOutbox(db.db, { leaseMs: 60_000 });
       await outbox.declare(
         ['http://a/', 'http://b/'],
-        sealSecret(WEBHOOK_SECRET, undefined),
+        (endpoint) => sealSecret(WEBHOOK_SECRET, [], { endpoint, field: 'secret' }),
         60_000,
       );
       const repository = createPlantRepository(db.db, { ...batching, recordEvents: true });

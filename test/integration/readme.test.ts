@@ -59,6 +59,10 @@ const notRun: { command: RegExp; why: string }[] = [
     why: "it acts on a deployment's failed deliveries; webhooks-process.test.ts runs it",
   },
   {
+    command: /^npm run webhooks:rekey$/,
+    why: "it re-seals a deployment's stored keys; webhooks-rekey.test.ts runs it",
+  },
+  {
     command: /^(rm -rf \.data|psql .*TRUNCATE .*)$/,
     why: "it empties the reader's own store; this test starts on a fresh one",
   },

@@ -1,11 +1,11 @@
 // Deliveries to endpoints made through the management API, as the dispatcher makes them:
 // each endpoint signed with its own key, the attempt log, rotation, 410 and long failures
 // disabling an endpoint, private destinations refused before connecting, retention.
-import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
-import { generateSecret, sealSecret } from '../../src/webhooks/secrets.js';
+import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
 import { createOutcomeStatements, createUpkeep } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
@@ -15,6 +15,7 @@ import {
   startReceiver,
   WEBHOOK_SECRET,
 } from '../helpers/receiver.js';
+import { ringKey } from '../helpers/sealed.js';
 
 const ADMIN_TOKEN = 'admin-token-races-2b8e';
 
@@ -46,18 +47,28 @@ async function app(overrides: Partial<WebhookConfig> = {}) {
   return t;
 }
 
+/** A key ring of one new key. */
+const ringOf = (id: string): KeyRing => [ringKey(id)];
+
+const secretOf = (id: string) => ({ endpoint: id, field: 'secret' }) as const;
+
 /** An endpoint row, as the management API writes one; returns its key. */
 async function endpoint(
   t: TestApp,
   url: string,
   secret: string,
-  { key, disabled = false }: { key?: Buffer; disabled?: boolean } = {},
+  { keys = [], disabled = false }: { keys?: KeyRing; disabled?: boolean } = {},
 ): Promise<string> {
   const [row] = await t.database.query<{ id: string }>(
-    'insert into webhook_endpoints (url, secret, disabled) values ($1, $2, $3) returning id::text',
-    [url, sealSecret(secret, key), disabled],
+    "select nextval(pg_get_serial_sequence('webhook_endpoints', 'id'))::text as id",
   );
-  return row?.id ?? '';
+  const id = row?.id ?? '';
+  await t.database.query(
+    `insert into webhook_endpoints (id, url, secret, disabled) overriding system value
+     values ($1, $2, $3, $4)`,
+    [id, url, sealSecret(secret, keys, secretOf(id)), disabled],
+  );
+  return id;
 }
 
 /** An endpoint made through the management API (optionally with `secret`). */
@@ -120,7 +131,7 @@ describe('deliveries to endpoints', () => {
     const [a, b] = [await receiver(secretA), await receiver(secretB)];
     const t = await app({ urls: [static_.url], secret: WEBHOOK_SECRET });
     const idA = await endpoint(t, a.url, secretA);
-    await endpoint(t, b.url, secretB, { key: randomBytes(32) });
+    await endpoint(t, b.url, secretB, { keys: ringOf('elsewhere') });
     expect((await postPlant(t.app, '{"id":9007199254740993,"name":"Fern"}')).statusCode).toBe(200);
     // b's key was sealed under a key this service does not have: it cannot sign for b.
     const [fromA] = await a.waitFor(1);
@@ -151,14 +162,38 @@ describe('deliveries to endpoints', () => {
     expect(b.requests).toHaveLength(0);
   });
 
-  it('opens secrets sealed under WEBHOOK_ENCRYPTION_KEY', async () => {
-    const key = randomBytes(32);
+  it('opens secrets sealed under any key of WEBHOOK_ENCRYPTION_KEYS', async () => {
+    const older = ringOf('k1');
     const secret = generateSecret();
     const hook = await receiver(secret);
-    const t = await app({ encryptionKey: key });
-    await endpoint(t, hook.url, secret, { key });
+    const t = await app({ encryptionKeys: [...ringOf('k2'), ...older] });
+    await endpoint(t, hook.url, secret, { keys: older });
     expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
     expect((await hook.waitFor(1))[0]?.verified).toBe(true);
+  });
+
+  it("does not sign with a sealed key copied from another endpoint's row", async () => {
+    const keys = ringOf('k1');
+    const [secretA, secretB] = [generateSecret(), generateSecret()];
+    const [a, b] = [await receiver(secretA), await receiver(secretB)];
+    const t = await app({ encryptionKeys: keys, retrySchedule: [] });
+    const idA = await endpoint(t, a.url, secretA, { keys });
+    const idB = await endpoint(t, b.url, secretB, { keys });
+    await t.database.query(
+      'update webhook_endpoints set secret = (select secret from webhook_endpoints where id = $1) where id = $2',
+      [idA, idB],
+    );
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect((await a.waitFor(1))[0]?.verified).toBe(true);
+    const log = await eventually(
+      () => attempts(t),
+      (rows) => rows.length === 2,
+    );
+    expect(log.find((row) => row.endpoint_id === idB)).toMatchObject({
+      succeeded: false,
+      error: "the endpoint's signing secret cannot be read",
+    });
+    expect(b.requests).toHaveLength(0);
   });
 
   it('writes no event when there is no subscriber at all, and one per plant once an endpoint exists', async () => {
@@ -184,7 +219,7 @@ describe('deliveries to endpoints', () => {
     await t.database.query(
       `update webhook_endpoints set previous_secret = $2,
               previous_secret_until = now() + interval '1 hour' where id = $1`,
-      [id, sealSecret(oldSecret, undefined)],
+      [id, sealSecret(oldSecret, [], secretOf(id))],
     );
     expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
     const [request] = await hook.waitFor(1);
@@ -203,7 +238,7 @@ describe('deliveries to endpoints', () => {
     await t.database.query(
       `update webhook_endpoints set previous_secret = $2,
               previous_secret_until = now() + interval '1 hour' where id = $1`,
-      [id, sealSecret(generateSecret(), randomBytes(32))],
+      [id, sealSecret(generateSecret(), ringOf('elsewhere'), secretOf(id))],
     );
     expect((await postPlant(t.app, { id: 3, name: 'Aloe' })).statusCode).toBe(200);
     const [request] = await hook.waitFor(1);
@@ -306,6 +341,9 @@ describe('deliveries to endpoints', () => {
     ['a loopback address', (port: number) => `http://127.0.0.1:${port}/hook`],
     ['a name that resolves to loopback', (port: number) => `http://localhost:${port}/hook`],
     ['an IPv4-mapped loopback address', (port: number) => `http://[::ffff:127.0.0.1]:${port}/hook`],
+    ['an IPv6 loopback address', (port: number) => `http://[::1]:${port}/hook`],
+    ['the unspecified address', (port: number) => `http://0.0.0.0:${port}/hook`],
+    ['an IPv4-mapped loopback in hex', (port: number) => `http://[::ffff:7f00:2]:${port}/hook`],
   ])('refuses %s before connecting unless private networks are allowed', async (_, url) => {
     const secret = generateSecret();
     const hook = await receiver(secret);

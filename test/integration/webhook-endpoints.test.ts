@@ -190,7 +190,7 @@ describe('POST /webhooks/endpoints', () => {
     expect(isEndpointSecret(secret)).toBe(true);
     const row = await storedEndpoint(endpoint.id);
     expect(row).toMatchObject({ url: endpoint.url, description: 'greenhouse', disabled: false });
-    expect(row?.secret).toMatch(/^aes256gcm:/);
+    expect(row?.secret).toMatch(/^aes256gcm-v2:default:/);
     expect(row?.secret).not.toContain(secret.slice('whsec_'.length));
   });
 
@@ -482,6 +482,21 @@ describe('secrets', () => {
     });
     expectError(response, 400, /body\/key must be whsec_/);
     expect(response.body).not.toContain(key);
+  });
+
+  it("does not open a sealed secret copied to another endpoint's row", async () => {
+    const [from, to] = [await create(), await create()];
+    const secret = (await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json().key;
+    await t.database.query(
+      'update webhook_endpoints set secret = (select secret from webhook_endpoints where id = $1) where id = $2',
+      [keyOf(from.id), keyOf(to.id)],
+    );
+    const copied = await call('GET', `/webhooks/endpoints/${to.id}/secret`);
+    expectError(copied, 500, /cannot be read with the encryption key/);
+    expect(copied.body).not.toContain(secret.slice('whsec_'.length));
+    expect((await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json()).toStrictEqual({
+      key: secret,
+    });
   });
 
   it('never writes a secret in the log', async () => {

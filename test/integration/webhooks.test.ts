@@ -1,10 +1,13 @@
+import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
 import { createDispatcher } from '../../src/webhooks/engine.js';
-import { redeliverFailed } from '../../src/webhooks/statements.js';
+import { openSecret, sealSecret } from '../../src/webhooks/secrets.js';
+import { createOutbox, redeliverFailed } from '../../src/webhooks/statements.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { testEngine } from '../helpers/database.js';
 import { freePort } from '../helpers/process.js';
 import {
   type Answer,
@@ -13,6 +16,7 @@ import {
   startReceiver,
   WEBHOOK_SECRET,
 } from '../helpers/receiver.js';
+import { ringKey } from '../helpers/sealed.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -519,5 +523,49 @@ describe('WEBHOOK_URLS as configured endpoints', () => {
     const [request] = await hook.waitFor(1);
     expect(request?.body).toBe('{"id":3,"name":"Old"}');
     expect(request?.headers['webhook-id']).toBe(`msg_${eventId.replaceAll('-', '')}`);
+  });
+});
+
+describe.runIf(testEngine() === 'postgres')('WEBHOOK_URLS declared by two replicas at once', () => {
+  it('seals WEBHOOK_SECRET for the row the other replica inserted, and signs with it', async () => {
+    const hook = await receiver();
+    const keys = [ringKey('k1')];
+    const place = (endpoint: string) => ({ endpoint, field: 'secret' }) as const;
+    const t = await appSendingTo([], { encryptionKeys: keys });
+    // The other replica inserts the URL's row; its transaction is still open.
+    const replica = new Client({ connectionString: t.database.url });
+    await replica.connect();
+    open.push({ close: () => replica.end() });
+    await replica.query('begin');
+    const inserted = await replica.query<{ id: string }>(
+      `insert into webhook_endpoints (url, secret, configured, declared_until)
+       values ($1, '', true, now() + interval '1 hour') returning id::text as id`,
+      [hook.url],
+    );
+    const id = inserted.rows[0]?.id ?? '';
+    const theirs = sealSecret(WEBHOOK_SECRET, keys, place(id));
+    await replica.query('update webhook_endpoints set secret = $2 where id = $1', [id, theirs]);
+    const outbox = createOutbox(t.appDatabase.db, { leaseMs: 60_000 });
+    const sealFor = (endpoint: string) => sealSecret(WEBHOOK_SECRET, keys, place(endpoint));
+    const declaring = outbox.declare([hook.url], sealFor, 60_000);
+    // This declaration drew a row key of its own, and its insert waits for the other's.
+    await eventually(
+      () =>
+        t.database.query(
+          `select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
+            where not l.granted and a.datname = current_database()`,
+        ),
+      (waiting) => waiting.length > 0,
+    );
+    await replica.query('commit');
+    await declaring;
+    const rows = await t.database.query<{ id: string; secret: string }>(
+      'select id::text as id, secret from webhook_endpoints where configured',
+    );
+    expect(rows.map((row) => row.id)).toStrictEqual([id]);
+    expect(rows[0]?.secret).not.toBe(theirs);
+    expect(openSecret(rows[0]?.secret ?? '', keys, place(id))).toBe(WEBHOOK_SECRET);
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    expect((await hook.waitFor(1))[0]?.verified).toBe(true);
   });
 });

@@ -2,9 +2,13 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.js';
+import { type Config, ConfigError, loadConfig } from '../../src/config.js';
 
 const digest = `sha256:${'ab'.repeat(32)}`;
+const key32 = Buffer.alloc(32, 9).toString('base64');
+/** The key ring with each key's bytes, which a KeyObject does not compare by. */
+const ringOf = (config: Config) =>
+  config.webhooks.encryptionKeys.map(({ id, key }) => ({ id, key: key.export() }));
 const base = { API_TOKENS: 'secret-token', DATABASE_URL: 'postgres://u@db:5432/plants' };
 
 describe('loadConfig', () => {
@@ -49,7 +53,7 @@ describe('loadConfig', () => {
         timeoutMs: 15000,
         retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
         concurrency: 64,
-        encryptionKey: undefined,
+        encryptionKeys: [],
         allowPrivateNetworks: false,
         rotationGraceS: 86400,
         disableAfterS: 432000,
@@ -70,13 +74,77 @@ describe('loadConfig', () => {
       WEBHOOK_LOG_RETENTION_S: '7200',
     });
     expect(config.auth.adminTokens).toStrictEqual(['admin-one', digest]);
+    expect(ringOf(config)).toStrictEqual([{ id: 'default', key }]);
     expect(config.webhooks).toMatchObject({
-      encryptionKey: key,
       allowPrivateNetworks: true,
       rotationGraceS: 60,
       disableAfterS: 3600,
       logRetentionS: 7200,
     });
+  });
+
+  it('reads WEBHOOK_ENCRYPTION_KEYS in order, the first sealing', () => {
+    const [one, two] = [Buffer.alloc(32, 1), Buffer.alloc(32, 2)];
+    const config = loadConfig({
+      ...base,
+      WEBHOOK_ENCRYPTION_KEYS: ` k-2026.b:${two.toString('base64')} ,k_1:${one.toString('base64')}`,
+    });
+    expect(ringOf(config)).toStrictEqual([
+      { id: 'k-2026.b', key: two },
+      { id: 'k_1', key: one },
+    ]);
+  });
+
+  it.each([
+    [
+      'an entry without a kid',
+      `:${key32}`,
+      'WEBHOOK_ENCRYPTION_KEYS entry 1 must be kid:base64-of-32-bytes, the kid 1 to 64 of A-Z a-z 0-9 . _ -',
+    ],
+    [
+      'an entry without a colon',
+      `a:${key32},${key32}`,
+      'WEBHOOK_ENCRYPTION_KEYS entry 2 must be kid:base64-of-32-bytes, the kid 1 to 64 of A-Z a-z 0-9 . _ -',
+    ],
+    [
+      'a kid with a space',
+      `my key:${key32}`,
+      'WEBHOOK_ENCRYPTION_KEYS entry 1 must be kid:base64-of-32-bytes, the kid 1 to 64 of A-Z a-z 0-9 . _ -',
+    ],
+    [
+      'a key of 31 bytes',
+      `a:${Buffer.alloc(31).toString('base64')}`,
+      'WEBHOOK_ENCRYPTION_KEYS has a key "a" that is not the base64 encoding of 32 bytes',
+    ],
+    [
+      'a key that is not base64',
+      'a:not a key at all, not even close!!',
+      'WEBHOOK_ENCRYPTION_KEYS has a key "a" that is not the base64 encoding of 32 bytes',
+    ],
+    ['a kid twice', `a:${key32},a:${key32}`, 'WEBHOOK_ENCRYPTION_KEYS names the key id "a" twice'],
+    ['no entry', ' , ', 'WEBHOOK_ENCRYPTION_KEYS must list at least one kid:base64-of-32-bytes'],
+  ])(
+    'refuses WEBHOOK_ENCRYPTION_KEYS with %s, in one line that holds no key',
+    (_, value, message) => {
+      let error: unknown;
+      try {
+        loadConfig({ ...base, WEBHOOK_ENCRYPTION_KEYS: value });
+      } catch (thrown) {
+        error = thrown;
+      }
+      expect(error).toStrictEqual(new ConfigError(message));
+      expect((error as Error).message).not.toContain(key32.slice(0, 8));
+    },
+  );
+
+  it('refuses WEBHOOK_ENCRYPTION_KEYS beside WEBHOOK_ENCRYPTION_KEY', () => {
+    expect(() =>
+      loadConfig({ ...base, WEBHOOK_ENCRYPTION_KEYS: `a:${key32}`, WEBHOOK_ENCRYPTION_KEY: key32 }),
+    ).toThrow(
+      new ConfigError(
+        'WEBHOOK_ENCRYPTION_KEYS and WEBHOOK_ENCRYPTION_KEY are both set: list every key in WEBHOOK_ENCRYPTION_KEYS (the one WEBHOOK_ENCRYPTION_KEY held as default:...)',
+      ),
+    );
   });
 
   it.each([

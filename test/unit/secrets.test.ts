@@ -5,11 +5,13 @@ import {
   generateSecret,
   isEndpointSecret,
   openSecret,
+  type SealedField,
   SecretUnavailableError,
   sealSecret,
 } from '../../src/webhooks/secrets.js';
+import { ringKey, unnamedSeal } from '../helpers/sealed.js';
 
-const key = randomBytes(32);
+const [k1, k2] = [ringKey('k1'), ringKey('k2')];
 
 describe('endpoint secrets', () => {
   it('makes whsec_ secrets of 32 random bytes, each new', () => {
@@ -31,31 +33,82 @@ describe('endpoint secrets', () => {
     expect(isEndpointSecret(value)).toBe(accepted);
   });
 
-  it('seals under a key so that the stored form holds neither the secret nor its key bytes', () => {
+  const place = { endpoint: '7', field: 'secret' } as const;
+
+  it('seals under the first key, naming its id, so that the stored form holds neither the secret nor a key', () => {
     const secret = generateSecret();
-    const sealed = sealSecret(secret, key);
-    expect(sealed).toMatch(/^aes256gcm:/);
+    const sealed = sealSecret(secret, [k1, k2], place);
+    expect(sealed).toMatch(/^aes256gcm-v2:k1:[A-Za-z0-9+/]+={0,2}$/);
     expect(sealed).not.toContain(secret.slice(6, 20));
-    expect(sealSecret(secret, key)).not.toBe(sealed);
-    expect(openSecret(sealed, key)).toBe(secret);
+    expect(sealed).not.toContain(k1.key.export().toString('base64').slice(0, 12));
+    expect(sealSecret(secret, [k1, k2], place)).not.toBe(sealed);
+    expect(openSecret(sealed, [k1, k2], place)).toBe(secret);
   });
 
-  it('refuses to open with another key, without one, or after tampering', () => {
-    const sealed = sealSecret(generateSecret(), key);
-    expect(() => openSecret(sealed, randomBytes(32))).toThrow(SecretUnavailableError);
-    expect(() => openSecret(sealed, undefined)).toThrow(SecretUnavailableError);
-    const bytes = Buffer.from(sealed.slice('aes256gcm:'.length), 'base64');
-    bytes[bytes.length - 1] = (bytes[bytes.length - 1] ?? 0) ^ 1;
-    expect(() => openSecret(`aes256gcm:${bytes.toString('base64')}`, key)).toThrow(
-      SecretUnavailableError,
+  it('opens a value under any key of the ring by the id it names', () => {
+    const secret = generateSecret();
+    const sealed = sealSecret(secret, [k2], place);
+    expect(openSecret(sealed, [k1, k2], place)).toBe(secret);
+    expect(() => openSecret(sealed, [k1], place)).toThrow(
+      new SecretUnavailableError(
+        'the secret is sealed under the key id "k2", which the encryption keys do not hold',
+      ),
     );
+  });
+
+  it.each([
+    ['another endpoint', { endpoint: '8', field: 'secret' } as const],
+    [
+      'an endpoint whose id has the same digits first',
+      { endpoint: '70', field: 'secret' } as const,
+    ],
+    ['another field', { endpoint: '7', field: 'headers' as SealedField }],
+  ])('does not open a value copied to %s', (_, elsewhere) => {
+    const sealed = sealSecret(generateSecret(), [k1], place);
+    expect(() => openSecret(sealed, [k1], elsewhere)).toThrow(SecretUnavailableError);
+  });
+
+  it('refuses to open under another key of the same id, without keys, or after tampering', () => {
+    const secret = generateSecret();
+    const sealed = sealSecret(secret, [k1], place);
+    expect(() => openSecret(sealed, [ringKey('k1')], place)).toThrow(SecretUnavailableError);
+    expect(() => openSecret(sealed, [], place)).toThrow(
+      new SecretUnavailableError('the secret is encrypted and no encryption key is set'),
+    );
+    const prefix = 'aes256gcm-v2:k1:';
+    const bytes = Buffer.from(sealed.slice(prefix.length), 'base64');
+    bytes[bytes.length - 1] = (bytes[bytes.length - 1] ?? 0) ^ 1;
+    let message = '';
+    try {
+      openSecret(`${prefix}${bytes.toString('base64')}`, [k1], place);
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).toMatch(/^the secret does not open under the key "k1"/);
+    expect(message).not.toContain(secret.slice(6));
+  });
+
+  it('opens a value sealed before key ids under whichever key of the ring sealed it', () => {
+    const secret = generateSecret();
+    const legacy = unnamedSeal(secret, k2.key);
+    expect(openSecret(legacy, [k1, k2], place)).toBe(secret);
+    expect(openSecret(legacy, [k2], { endpoint: '99', field: 'secret' })).toBe(secret);
+    expect(() => openSecret(legacy, [k1], place)).toThrow(SecretUnavailableError);
+    expect(() => openSecret(legacy, [], place)).toThrow(SecretUnavailableError);
   });
 
   it('stores as it is without a key, and still opens it once a key is set', () => {
     const secret = generateSecret();
-    const stored = sealSecret(secret, undefined);
-    expect(openSecret(stored, undefined)).toBe(secret);
-    expect(openSecret(stored, key)).toBe(secret);
+    const stored = sealSecret(secret, [], place);
+    expect(stored).toBe(`plain:${secret}`);
+    expect(openSecret(stored, [], place)).toBe(secret);
+    expect(openSecret(stored, [k1], place)).toBe(secret);
+  });
+
+  it('refuses a value in an unknown form', () => {
+    expect(() => openSecret('rot13:whsec_abc', [k1], place)).toThrow(
+      new SecretUnavailableError('the secret is stored in an unknown form'),
+    );
   });
 });
 

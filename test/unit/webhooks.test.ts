@@ -18,7 +18,7 @@ describe('the webhook configuration', () => {
       timeoutMs: 15000,
       retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
       concurrency: 64,
-      encryptionKey: undefined,
+      encryptionKeys: [],
       allowPrivateNetworks: false,
       rotationGraceS: 86400,
       disableAfterS: 432000,

@@ -1,0 +1,75 @@
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig } from './config.js';
+import { openCommandDatabase } from './db/client.js';
+import { failureForLog } from './db/errors.js';
+import { createLogger } from './logger.js';
+import { rekeySecrets } from './webhooks/rekey.js';
+
+const usage = `usage: npm run webhooks:rekey -- [--batch-size N]
+Seals every stored endpoint key anew under the first key of WEBHOOK_ENCRYPTION_KEYS, N endpoints
+(default 100, at most 10000) at a time, while the service runs; then the other keys can go.`;
+
+class UsageError extends Error {}
+
+function readBatchSize(): number {
+  const { values } = parseArgs({
+    options: {
+      'batch-size': { type: 'string', default: '100' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(`${usage}\n`);
+    process.exit(0);
+  }
+  const size = Number(values['batch-size']);
+  if (!/^\d{1,5}$/.test(values['batch-size']) || size < 1 || size > 10_000) {
+    throw new UsageError('--batch-size must be an integer from 1 to 10000');
+  }
+  return size;
+}
+
+// Re-seals endpoint keys under the first encryption key and exits: `npm run webhooks:rekey`.
+try {
+  const batchSize = readBatchSize();
+  const config = loadConfig(process.env, { requireTokens: false });
+  if (config.webhooks.encryptionKeys.length === 0) {
+    throw new ConfigError(
+      'WEBHOOK_ENCRYPTION_KEYS must be set: it is the key ring to seal under (the first key)',
+    );
+  }
+  const logger = createLogger(config.logLevel);
+  try {
+    const database = await openCommandDatabase(config.database);
+    try {
+      const { keyId, resealed, unreadable } = await rekeySecrets(
+        database.db,
+        config.webhooks.encryptionKeys,
+        batchSize,
+      );
+      process.stdout.write(`${resealed} stored keys re-sealed under the key "${keyId}"\n`);
+      if (unreadable.length > 0) {
+        process.stderr.write(
+          `plant-store: ${unreadable.length} endpoints have a stored key that opens under no key of WEBHOOK_ENCRYPTION_KEYS, left as it is: ${unreadable.join(', ')}\n`,
+        );
+        process.exitCode = 1;
+      }
+    } finally {
+      await database.close();
+    }
+  } catch (error) {
+    logger.fatal(failureForLog(error), 'the re-sealing failed');
+    process.exitCode = 1;
+  }
+} catch (error) {
+  if (
+    error instanceof UsageError ||
+    (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
+  ) {
+    process.stderr.write(`plant-store: ${(error as Error).message}\n${usage}\n`);
+    process.exitCode = 2;
+  } else if (error instanceof ConfigError) {
+    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
+    process.exitCode = 1;
+  } else throw error;
+}
