@@ -29,7 +29,7 @@ import {
   storePlants,
   withClient,
 } from './harness.js';
-import { runLoad } from './load.js';
+import { type LoadResult, runLoad } from './load.js';
 import { endpointsOf } from './options.js';
 
 const PAGE_SIZE = 100;
@@ -48,13 +48,9 @@ interface Deliveries {
   maxMs: number | null;
 }
 
-interface Run {
+interface Run extends LoadResult {
   target: string;
   connections: number;
-  throughput: number;
-  p50Ms: number | null;
-  p99Ms: number | null;
-  errors: number;
   peakRssBytes: number | undefined;
   cpu: CpuUse;
   deliveries?: Deliveries;
@@ -219,9 +215,9 @@ function levelTables(runs: Run[], connections: number): string {
     fixed(run.p99Ms, 2),
     String(run.errors),
     mebibytes(run.peakRssBytes),
-    fixed(perAnswer(run.cpu.service, run.throughput), 1),
-    fixed(perAnswer(run.cpu.postgres, run.throughput), 1),
-    fixed(perAnswer(run.cpu.machine, run.throughput), 1),
+    ...[run.cpu.service, run.cpu.postgres, run.cpu.machine].map((cores) =>
+      fixed(perAnswer(cores, run.throughput), 1),
+    ),
   ]);
   const cpu = (target: string, withPostgres = false) => {
     const run = at.find((candidate) => candidate.target === target);
@@ -233,37 +229,25 @@ function levelTables(runs: Run[], connections: number): string {
   const ratio = (a: number | undefined, b: number | undefined) =>
     a === undefined || b === undefined ? '-' : (a / b).toFixed(2);
   const ratios = [
-    ['service / floor', ratio(cpu('service'), cpu('floor')), '-'],
-    [
-      'get-by-id / service',
-      ratio(cpu('get-by-id'), cpu('service')),
-      ratio(cpu('get-by-id', true), cpu('service', true)),
-    ],
-    [
-      'get-page / service',
-      ratio(cpu('get-page'), cpu('service')),
-      ratio(cpu('get-page', true), cpu('service', true)),
-    ],
-    [
-      'service+webhooks / service',
-      ratio(cpu('service+webhooks'), cpu('service')),
-      ratio(cpu('service+webhooks', true), cpu('service', true)),
-    ],
-  ].filter((row) => row[1] !== '-');
-  const delivered = at.flatMap((run) =>
-    run.deliveries
+    ['service', 'floor'],
+    ['get-by-id', 'service'],
+    ['get-page', 'service'],
+    ['service+webhooks', 'service'],
+  ]
+    .map(([a = '', b = '']) => [
+      `${a} / ${b}`,
+      ratio(cpu(a), cpu(b)),
+      b === 'floor' ? '-' : ratio(cpu(a, true), cpu(b, true)),
+    ])
+    .filter((row) => row[1] !== '-');
+  const delivered = at.flatMap(({ target, deliveries: d, cpu }) =>
+    d
       ? [
           [
-            run.target,
-            String(run.deliveries.subscribers),
-            String(run.deliveries.plants),
-            String(run.deliveries.complete),
-            String(run.deliveries.duplicates),
-            String(run.deliveries.behindAtEnd),
-            fixed(run.deliveries.p50Ms, 1),
-            fixed(run.deliveries.p99Ms, 1),
-            fixed(run.deliveries.maxMs, 1),
-            fixed(run.cpu.others.receiver, 2),
+            target,
+            ...[d.subscribers, d.plants, d.complete, d.duplicates, d.behindAtEnd].map(String),
+            ...[d.p50Ms, d.p99Ms, d.maxMs].map((ms) => fixed(ms, 1)),
+            fixed(cpu.others.receiver, 2),
           ],
         ]
       : [],
@@ -271,9 +255,10 @@ function levelTables(runs: Run[], connections: number): string {
   return [
     `## ${connections} connection${connections === 1 ? '' : 's'}`,
     markdownTable(
-      'target|answers/s|p50 ms|p99 ms|errors|peak RSS MiB|CPU µs/answer: target|PostgreSQL|machine'.split(
-        '|',
-      ),
+      (
+        'target|answers/s|p50 ms|p99 ms|errors|peak RSS MiB|' +
+        'CPU µs/answer: target|PostgreSQL|machine'
+      ).split('|'),
       rows,
     ),
     ratios.length > 0
