@@ -1,70 +1,103 @@
-// `npm run bench -- [suite]`: the one benchmark harness. It creates a database of its own on the
-// PostgreSQL at BENCH_DATABASE_URL (dropped however the run ends), runs the suite named by the
-// first argument or BENCH_SUITE, and writes its report to BENCH_RESULTS_DIR (bench/results):
-//
-// - targets (the default): the service against bare Fastify, the HTTP stack without I/O and
-//   pgbench, creates and reads, at each concurrency level (latest.md);
-// - start: `npm start` to the first /readyz 200, on each engine (start.md);
-// - engines: start and creates on the server and on the embedded engine (engines.md);
-// - pooler: what DB_POOLER costs, straight on PostgreSQL and through PgBouncer (pooler.md);
-// - soak: minutes of steady load, the service's memory over them (soak.md).
-import { loadavg } from 'node:os';
-import { relative } from 'node:path';
-import { cleanUpOnExit } from './cleanup.js';
-import { commandLine, machineFacts } from './facts.js';
-import { type BenchOptions, readBenchOptions, redactUrl, type Suite } from './options.js';
-import { projectRoot } from './paths.js';
-import { poolerSuite } from './pooler.js';
-import { type SuiteReport, writeReport } from './report.js';
-import { openSession, type Session, say } from './session.js';
+// `npm run bench -- [suite]`: creates a database of its own on the PostgreSQL at
+// BENCH_DATABASE_URL (dropped however the run ends), runs the suite named by the first argument
+// or BENCH_SUITE, and writes its report to BENCH_RESULTS_DIR (bench/results):
+// - targets (the default): creates and reads of the service against bare Fastify, with and
+//   without webhook deliveries, at each concurrency level (latest.md);
+// - soak: minutes of mixed load, the service's memory over them (soak.md).
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, loadavg } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { openSession, projectRoot, running, type Session, say } from './harness.js';
+import { type BenchOptions, OptionsError, readOptions } from './options.js';
 import { soakSuite } from './soak.js';
-import { enginesSuite, startSuite } from './starts.js';
 import { targetsSuite } from './targets.js';
 
-const SUITES: Record<
-  Suite,
-  { file: string; migrated: boolean; run: (session: Session) => Promise<SuiteReport> }
-> = {
-  targets: { file: 'latest.md', migrated: true, run: targetsSuite },
-  // Both time the start that migrates a new database.
-  start: { file: 'start.md', migrated: false, run: startSuite },
-  engines: { file: 'engines.md', migrated: false, run: enginesSuite },
-  pooler: { file: 'pooler.md', migrated: true, run: poolerSuite },
-  soak: { file: 'soak.md', migrated: true, run: soakSuite },
-};
+const abort = new AbortController();
+let session: Session | undefined;
 
-const { scratch, abort, runAndExit } = cleanUpOnExit('bench', say);
-
-async function bench(options: BenchOptions): Promise<number> {
-  const suite = SUITES[options.suite];
-  const date = new Date().toISOString();
-  const loadAtStart = loadavg();
-  const session = await openSession(options, scratch, abort.signal, suite.migrated);
-  try {
-    const report = await suite.run(session);
-    // An interrupted run leaves the last results file alone rather than write a partial one.
-    if (abort.signal.aborted) throw new Error('interrupted');
-    const path = writeReport(
-      options.resultsFolder,
-      suite.file,
-      {
-        date,
-        command: commandLine(process.argv.slice(2)),
-        machine: {
-          ...machineFacts(session.postgresVersion),
-          'load average at start': loadAtStart.map((value) => value.toFixed(2)).join(', '),
-        },
-      },
-      {
-        ...report,
-        settings: { ...report.settings, 'database server': redactUrl(options.databaseUrl) },
-      },
-    );
-    say(`\nwrote ${path.startsWith(projectRoot) ? relative(projectRoot, path) : path}`);
-    return report.failed ? 1 : 0;
-  } finally {
-    await session.admin.end().catch(() => {});
-  }
+async function cleanUp(options: BenchOptions): Promise<void> {
+  for (const child of running) child.kill('SIGTERM');
+  if (!session) return;
+  await session.admin.end().catch(() => {});
+  rmSync(session.work, { recursive: true, force: true });
+  const admin = new pg.Client({ connectionString: options.databaseUrl });
+  await admin.connect();
+  await admin.query(`drop database if exists ${session.database} with (force)`);
+  await admin.end();
+  say(`dropped database ${session.database}`);
 }
 
-await runAndExit(() => readBenchOptions(process.env, process.argv.slice(2)), bench);
+/** The command as typed: the BENCH_* variables set (passwords hidden), then npm's or node's. */
+function commandLine(args: string[]): string {
+  const quote = (value: string) => (/^[\w@%+=:,./-]+$/.test(value) ? value : `'${value}'`);
+  const variables = Object.keys(process.env)
+    .filter((name) => name.startsWith('BENCH_'))
+    .sort()
+    .map((name) => `${name}=${quote((process.env[name] ?? '').replace(/:[^:@/]+@/, ':***@'))}`);
+  const command =
+    process.env.npm_lifecycle_event === 'bench'
+      ? `npm run bench${args.length > 0 ? ' --' : ''}`
+      : 'node dist-bench/bench/run.js';
+  return [...variables, command, ...args.map(quote)].join(' ');
+}
+
+async function bench(options: BenchOptions): Promise<number> {
+  const date = new Date().toISOString();
+  const load = loadavg().map((value) => value.toFixed(2));
+  session = await openSession(options, abort.signal);
+  say(`created database ${session.database}; migrating it`);
+  execFileSync(process.execPath, [join(projectRoot, 'dist', 'migrate.js')], {
+    env: { PATH: process.env.PATH ?? '', DATABASE_URL: session.databaseUrl, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const suite = options.suite === 'soak' ? soakSuite : targetsSuite;
+  const report = await suite(session);
+  // An interrupted run leaves the last results file alone rather than write a partial one.
+  if (abort.signal.aborted) throw new Error('interrupted');
+  const { rows } = await session.admin.query<{ v: string }>(
+    "select current_setting('server_version') as v",
+  );
+  const revision = execFileSync('git', ['describe', '--always', '--dirty'], { cwd: projectRoot });
+  const machine = {
+    cpu: `${availableParallelism()} × ${cpus()[0]?.model ?? 'unknown'}`,
+    'load average at start': load.join(', '),
+    node: process.version,
+    postgres: rows[0]?.v ?? 'unknown',
+    revision: revision.toString().trim(),
+  };
+  mkdirSync(options.resultsFolder, { recursive: true });
+  const file = join(options.resultsFolder, options.suite === 'soak' ? 'soak.md' : 'latest.md');
+  const facts = Object.entries(machine).map(([key, value]) => `- ${key}: ${value}`);
+  writeFileSync(
+    file,
+    `# ${report.title}\n\nRun on ${date} with:\n\n\`\`\`sh\n${commandLine(process.argv.slice(2))}\n\`\`\`\n\n${report.body.trim()}\n\n## Machine\n\n${facts.join('\n')}\n`,
+  );
+  say(`\nwrote ${file}`);
+  return report.failed ? 1 : 0;
+}
+
+let options: BenchOptions;
+try {
+  options = readOptions(process.env, process.argv.slice(2), projectRoot);
+} catch (error) {
+  if (!(error instanceof OptionsError)) throw error;
+  process.stderr.write(`bench: ${error.message}\n`);
+  process.exit(2);
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    process.stderr.write(`\nbench: ${signal}: stopping and dropping its database\n`);
+    abort.abort();
+  });
+}
+let code = 1;
+try {
+  code = await bench(options);
+} catch (error) {
+  if (!abort.signal.aborted) process.stderr.write(`bench: ${(error as Error).stack}\n`);
+} finally {
+  await cleanUp(options);
+}
+process.exit(abort.signal.aborted ? 130 : code);

@@ -1,14 +1,9 @@
 // What the soak suite sends and what it reads of the service: its requests (creates alone, or a
 // mix of creates, reads, pages and deletes), its webhook receivers, and its memory.
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import { join } from 'node:path';
-import type { MixedRequest } from './http-load.js';
-import { benchBuildFolder } from './paths.js';
-import { readStatusBytes } from './processes.js';
-import { PLANT_NAME, PLANT_TAG } from './session.js';
-import { PAGE_SIZE, type StoredPlants } from './targets.js';
+import { plantBody, startReceiver } from './harness.js';
+import type { LoadRequest } from './load.js';
+import { statusBytes } from './proc.js';
 
 /** How many recent bodies a replay is drawn from. */
 const REPLAY_WINDOW = 1024;
@@ -16,11 +11,11 @@ const REPLAY_WINDOW = 1024;
 const DELETE_LAG = 5000;
 /** Shares of the mixed load, in percent: creates, reads by id, pages, deletes. */
 export const MIX = { creates: 40, reads: 35, pages: 15, deletes: 10 } as const;
+const PAGE_SIZE = 100;
 
+/** Requests sent: creates of a new id, replays of an earlier create, reads, pages, deletes. */
 export interface Sent {
-  /** Creates of a new id. */
   fresh: number;
-  /** Creates that repeat an earlier body (answered 200, nothing stored). */
   replays: number;
   reads: number;
   pages: number;
@@ -28,7 +23,7 @@ export interface Sent {
 }
 
 export interface SoakRequests {
-  next: () => MixedRequest;
+  next: () => LoadRequest;
   sent: () => Sent;
 }
 
@@ -37,11 +32,14 @@ export interface SoakRequests {
  * recent body. With `stored`, the mix of MIX: reads and pages of the plants stored before the
  * load, deletes of the plants this load created, oldest first, each once.
  */
-export function soakRequests(replayPercent: number, stored?: StoredPlants): SoakRequests {
+export function soakRequests(
+  replayPercent: number,
+  stored?: { count: number; step: bigint },
+): SoakRequests {
   const base = BigInt.asUintN(62, randomBytes(8).readBigUInt64BE());
   const recent: string[] = [];
   const sent: Sent = { fresh: 0, replays: 0, reads: 0, pages: 0, deletes: 0 };
-  const create = (): MixedRequest => {
+  const create = (): LoadRequest => {
     if (recent.length > 0 && Math.random() * 100 < replayPercent) {
       sent.replays++;
       return {
@@ -50,14 +48,14 @@ export function soakRequests(replayPercent: number, stored?: StoredPlants): Soak
         body: recent[Math.floor(Math.random() * recent.length)] as string,
       };
     }
-    const body = `{"id":${base + BigInt(sent.fresh)},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
+    const body = plantBody(base + BigInt(sent.fresh));
     recent[sent.fresh % REPLAY_WINDOW] = body;
     sent.fresh++;
     return { method: 'POST', path: '/plants', body };
   };
   const storedId = (below: number) =>
     BigInt(Math.floor(Math.random() * below) + 1) * (stored?.step ?? 1n);
-  const next = (): MixedRequest => {
+  const next = (): LoadRequest => {
     if (!stored) return create();
     const pick = Math.random() * 100;
     if (pick < MIX.creates) return create();
@@ -78,21 +76,11 @@ export function soakRequests(replayPercent: number, stored?: StoredPlants): Soak
   return { next, sent: () => ({ ...sent }) };
 }
 
-/** How a receiver of bench/unruly-receiver.ts answers a delivery. */
-export const BEHAVIOURS = [
-  /** 200 at once. */
-  'ok',
-  /** 500 at once. */
-  'error',
-  /** 429 with Retry-After: 1. */
-  'throttle',
-  /** 200, but only after SLOW_MS: later than WEBHOOK_TIMEOUT_MS. */
-  'slow',
-  /** Reads the request and never answers, nor closes the connection. */
-  'hang',
-  /** Resets the connection as soon as a request arrives. */
-  'reset',
-] as const;
+/**
+ * How a receiver of receiver.ts answers a delivery: 200 at once, 500, 429 with Retry-After: 1,
+ * 200 after SLOW_MS (later than WEBHOOK_TIMEOUT_MS), never (nor closes), or with a reset.
+ */
+export const BEHAVIOURS = ['ok', 'error', 'throttle', 'slow', 'hang', 'reset'] as const;
 export type Behaviour = (typeof BEHAVIOURS)[number];
 
 /** The service's settings for the webhook: attempts end within a second, retries within seconds. */
@@ -102,44 +90,18 @@ const SLOW_MS = WEBHOOK_TIMEOUT_MS + 500;
 
 export const WEBHOOK_SECRET = `whsec_${randomBytes(32).toString('base64')}`;
 
-/** The receivers of bench/unruly-receiver.ts: one per behaviour, each on a path of its own. */
-export interface UnrulyReceivers {
-  urls: string[];
-  pid: number;
-  /** Receiver k behaves as BEHAVIOURS[(k + round - 1) % BEHAVIOURS.length]: all, rotated. */
-  behaveForRound(round: number): Promise<Behaviour[]>;
-  /** Requests received so far, by behaviour. */
-  requests(): Promise<Partial<Record<Behaviour, number>>>;
-  stop(): Promise<void>;
-}
-
-export async function startUnrulyReceivers(): Promise<UnrulyReceivers> {
-  const child: ChildProcess = fork(join(benchBuildFolder, 'unruly-receiver.js'), [], {
-    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-  });
-  const [{ port }] = (await once(child, 'message')) as [{ port: number }];
-  const ask = async <T>(message: unknown): Promise<T> => {
-    const answer = once(child, 'message');
-    child.send(message as string);
-    return (await answer)[0] as T;
-  };
+/** The receivers, one per behaviour; receiver k behaves as BEHAVIOURS[k + round - 1], rotated. */
+export async function startUnrulyReceivers() {
+  const receiver = await startReceiver();
   return {
-    urls: BEHAVIOURS.map((_, k) => `http://127.0.0.1:${port}/receivers/${k}`),
-    pid: child.pid as number,
-    async behaveForRound(round) {
-      const behaviours = BEHAVIOURS.map(
-        (_, k) => BEHAVIOURS[(k + round - 1) % BEHAVIOURS.length] as Behaviour,
-      );
-      await ask({ behaviours, slowMs: SLOW_MS });
-      return behaviours;
+    urls: BEHAVIOURS.map((_, k) => `${receiver.url}/receivers/${k}`),
+    async behaveForRound(round: number) {
+      const behaviours = BEHAVIOURS.map((_, k) => BEHAVIOURS[(k + round - 1) % BEHAVIOURS.length]);
+      await receiver.ask({ behaviours: behaviours as string[], slowMs: SLOW_MS });
+      return behaviours as string[];
     },
-    async requests() {
-      return (await ask<{ requests: Partial<Record<Behaviour, number>> }>('report')).requests;
-    },
-    async stop() {
-      child.disconnect();
-      if (child.exitCode === null) await once(child, 'exit');
-    },
+    requests: async () => (await receiver.ask('report')).byBehaviour,
+    stop: receiver.stop,
   };
 }
 
@@ -148,8 +110,6 @@ export interface MemoryReading {
   rss?: number | undefined;
   /** Anonymous pages: the heaps (V8's and malloc's) and stacks. */
   rssAnon?: number | undefined;
-  /** Mapped files: node's binary and libraries. */
-  rssFile?: number | undefined;
   heapUsed?: number | undefined;
   heapTotal?: number | undefined;
   /** Memory outside V8's heap that its objects hold (Buffers among it). */
@@ -173,9 +133,8 @@ function sample(text: string, name: string): number | undefined {
 
 export async function readMemory(pid: number, baseUrl: string): Promise<MemoryReading> {
   const reading: MemoryReading = {
-    rss: readStatusBytes(pid, 'VmRSS'),
-    rssAnon: readStatusBytes(pid, 'RssAnon'),
-    rssFile: readStatusBytes(pid, 'RssFile'),
+    rss: statusBytes(pid, 'VmRSS'),
+    rssAnon: statusBytes(pid, 'RssAnon'),
   };
   const text = await fetch(`${baseUrl}/metrics`, { signal: AbortSignal.timeout(30_000) }).then(
     (response) => response.text(),

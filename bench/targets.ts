@@ -1,589 +1,313 @@
-// The targets suite, `npm run bench`: bare Fastify with the same schemas (floor), the service as
-// shipped with and without the webhook (a static URL, or 1, 10 or 100 endpoints), tracing or
-// coalescing, the same app without database I/O
-// (http-ceiling) and pgbench running the service's INSERT, at each concurrency level; then the
-// service's reads (by id and a page at a time) of plants stored beforehand. Each run measures the
-// CPU of the target's process and of the PostgreSQL server's processes per answer.
-import { type ChildProcess, fork } from 'node:child_process';
+// The targets suite, `npm run bench`: at each concurrency level, one target after another, each
+// in a process of its own after a VACUUM ANALYZE and a CHECKPOINT, so that no run pays for an
+// earlier one's rows:
+// - floor: bare Fastify with the service's schemas (floor.ts), the least a create can cost;
+// - service: dist/server.js as shipped, creating plants;
+// - service+webhooks: the same with WEBHOOK_URLS at a receiver on loopback (receiver.ts);
+// - service+endpoints-N: the same receiver through N webhook endpoints instead;
+// - get-by-id, get-page: the service reading plants stored beforehand, by id and 100 at a time.
+// It reports, per answer, the CPU of the target's process, of PostgreSQL and of the machine, and
+// for the webhook targets how soon each plant reached every subscriber after its commit.
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import { rmSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
-import { type LoadRequests, runHttpLoad } from './http-load.js';
-import { endpointsOf, pgbenchJobsFor, type Target } from './options.js';
-import { benchBuildFolder } from './paths.js';
-import { pgbenchVersion, runPgbench } from './pgbench.js';
-import { describeExit } from './processes.js';
-import type { SuiteReport } from './report.js';
-import type { RunResult, WebhookFigures } from './run-result.js';
 import {
-  checkpoint,
-  exitedEarly,
-  measureLoad,
+  benchFolder,
+  type CpuUse,
+  fixed,
+  markdownTable,
+  measure,
+  mebibytes,
   PLANT_NAME,
-  PLANT_TAG,
-  plantBodies,
+  plantBody,
+  plantIds,
+  type Receiver,
   type Session,
-  StartError,
+  type SuiteReport,
   say,
+  startReceiver,
   startService,
-} from './session.js';
-import { markdownBody, runSummary, textTables } from './targets-report.js';
+  storePlants,
+  withClient,
+} from './harness.js';
+import { type LoadResult, runLoad } from './load.js';
+import { endpointsOf } from './options.js';
 
-/** The server's settings that decide what a commit costs, for the report. */
-const POSTGRES_SETTINGS = [
-  'synchronous_commit',
-  'fsync',
-  'full_page_writes',
-  'wal_sync_method',
-  'commit_delay',
-  'shared_buffers',
-  'max_wal_size',
-  'max_connections',
-];
+const PAGE_SIZE = 100;
 
-/** The `limit` of the get-page target's requests. */
-export const PAGE_SIZE = 100;
-
-/** The plants stored for the read targets: ids step, 2·step, … count·step, spread over int64. */
-export interface StoredPlants {
-  count: number;
-  step: bigint;
+interface Deliveries {
+  subscribers: number;
+  plants: number;
+  /** Plants that reached every subscriber, and deliveries beyond one per subscriber. */
+  complete: number;
+  duplicates: number;
+  /** Deliveries still owed when the load ended. */
+  behindAtEnd: number;
+  /** From the plant's created_at to its first delivery's arrival, ms. */
+  p50Ms: number | null;
+  p99Ms: number | null;
+  maxMs: number | null;
 }
 
-interface Targets {
-  session: Session;
-  nextBody: () => string;
-  stored: StoredPlants;
-}
-
-type HttpTarget = Exclude<Target, 'pgbench'>;
-
-/** Stores `count` plants (and fresh statistics) for the read targets. */
-export async function storePlantsToRead(databaseUrl: string, count: number): Promise<StoredPlants> {
-  const step = (2n ** 63n - 1n) / BigInt(count);
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    await client.query(
-      `insert into plants (id, name, tag)
-         select g * $2::int8, $3, $4 from generate_series(1, $1::int) g`,
-      [count, String(step), PLANT_NAME, PLANT_TAG],
-    );
-    await client.query('vacuum analyze plants');
-  } finally {
-    await client.end();
-  }
-  return { count, step };
-}
-
-const randomBelow = (n: number) => BigInt(Math.floor(Math.random() * n));
-
-/** What the target's requests are: creates of new plants, or reads of the stored ones. */
-function requestsOf(targets: Targets, target: HttpTarget): LoadRequests {
-  const { count, step } = targets.stored;
-  if (target === 'get-by-id' || target === 'get-by-id-unbatched') {
-    return { nextGetPath: () => `/plants/${(randomBelow(count) + 1n) * step}` };
-  }
-  if (target === 'get-page') {
-    // Every page is full: at least PAGE_SIZE stored plants follow `after`.
-    const afters = count - PAGE_SIZE + 1;
-    return { nextGetPath: () => `/plants?limit=${PAGE_SIZE}&after=${randomBelow(afters) * step}` };
-  }
-  return { nextBody: targets.nextBody };
-}
-
-const isCreateTarget = (target: HttpTarget) => !target.startsWith('get-');
-
-// ---- the webhook receiver of service+webhooks and the OTLP collector of service-traced ----
-
-const BENCH_WEBHOOK_SECRET = `whsec_${randomBytes(32).toString('base64')}`;
-
-interface Receiver<Report> {
-  url: string;
-  pid: number;
-  report(): Promise<Report>;
-  /** The requests it got so far. */
-  count(): Promise<number>;
-  stop(): Promise<void>;
-}
-/** Per plant id: the first delivery's arrival (ms since the epoch) and the deliveries that came. */
-type WebhookReceiver = Receiver<{
-  requests: number;
-  arrivals: Array<[string, number, number]>;
-}>;
-type OtlpCollector = Receiver<{ requests: number; spans: number }>;
-
-/** bench/receiver.ts or bench/otlp-receiver.ts, in a process of its own. */
-async function startReceiver<Report>(
-  script: string,
-  urlOf: (port: number) => string,
-): Promise<Receiver<Report>> {
-  const child: ChildProcess = fork(join(benchBuildFolder, script), [], {
-    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-  });
-  const [{ port }] = (await once(child, 'message')) as [{ port: number }];
-  const ask = async (message: string) => {
-    const answer = once(child, 'message');
-    child.send(message);
-    return (await answer)[0];
-  };
-  return {
-    url: urlOf(port),
-    pid: child.pid as number,
-    report: () => ask('report'),
-    count: async () => (await ask('count')).requests,
-    async stop() {
-      child.disconnect();
-      if (child.exitCode === null) await once(child, 'exit');
-    },
-  };
+interface Run extends LoadResult {
+  target: string;
+  connections: number;
+  peakRssBytes: number | undefined;
+  cpu: CpuUse;
+  deliveries?: Deliveries;
 }
 
 const quantile = (sorted: number[], q: number) =>
-  sorted.length === 0
-    ? null
-    : (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? null);
+  sorted.length === 0 ? null : (sorted[Math.floor(q * (sorted.length - 1))] ?? null);
 
-/**
- * Waits until every plant the target stored since `sinceMs` was delivered to each of its
- * `subscribers` (up to 30 s, and 0.6 s more per subscriber), then measures commit-to-delivery:
- * from the plant's created_at (the start of its transaction, a little before the commit) to the
- * first delivery's arrival at the receiver.
- */
+/** The plants created since `sinceMs`, with their created_at in ms. */
+const plantsSince = (session: Session, sinceMs: number) =>
+  withClient(session, async (client) => {
+    const { rows } = await client.query<{ id: string; ms: number }>(
+      `select id::text as id, (extract(epoch from created_at) * 1000)::float8 as ms
+         from plants where created_at >= to_timestamp($1::float8 / 1000)`,
+      [sinceMs],
+    );
+    return rows;
+  });
+
+/** Waits (30 s, and 0.6 s more per subscriber, at most) for every plant's deliveries. */
 async function measureDeliveries(
   session: Session,
-  receiver: WebhookReceiver,
+  receiver: Receiver,
   sinceMs: number,
   subscribers: number,
-): Promise<WebhookFigures> {
-  const client = new pg.Client({ connectionString: session.databaseUrl });
-  await client.connect();
-  try {
-    const read = async () =>
-      (
-        await client.query<{ id: string; created_ms: number }>(
-          `select id::text as id, (extract(epoch from created_at) * 1000)::float8 as created_ms
-             from plants where created_at >= to_timestamp($1::float8 / 1000)`,
-          [sinceMs],
-        )
-      ).rows;
-    const startedAt = Date.now();
-    const deadline = startedAt + 30_000 + 600 * subscribers;
-    let plants = await read();
-    // The request count is cheap to ask for; the arrivals are read once it is high enough.
-    while (
-      (await receiver.count()) < subscribers * plants.length &&
-      Date.now() < deadline &&
-      !session.signal.aborted
-    ) {
-      await new Promise((resolve) => setTimeout(resolve, 250));
-      plants = await read();
-    }
-    const drainSeconds = (Date.now() - startedAt) / 1000;
-    const report = await receiver.report();
-    const arrivals = new Map(report.arrivals.map(([id, first, count]) => [id, { first, count }]));
-    const latencies: number[] = [];
-    let complete = 0;
-    let duplicates = 0;
-    for (const plant of plants) {
-      const arrived = arrivals.get(plant.id);
-      if (arrived === undefined) continue;
-      latencies.push(arrived.first - plant.created_ms);
-      if (arrived.count >= subscribers) complete++;
-      duplicates += Math.max(0, arrived.count - subscribers);
-    }
-    latencies.sort((a, b) => a - b);
-    const delivered = latencies.length;
-    return {
-      subscribers,
-      plants: plants.length,
-      delivered,
-      undelivered: plants.length - delivered,
-      complete,
-      deliveriesPerPlant: plants.length === 0 ? null : report.requests / plants.length,
-      drainSeconds,
-      duplicates,
-      p50Ms: quantile(latencies, 0.5),
-      p99Ms: quantile(latencies, 0.99),
-      maxMs: latencies.at(-1) ?? null,
-      withinOneSecond:
-        delivered === 0 ? null : latencies.filter((ms) => ms <= 1000).length / plants.length,
-    };
-  } finally {
-    await client.end();
+): Promise<Deliveries> {
+  let plants = await plantsSince(session, sinceMs);
+  const behindAtEnd = Math.max(
+    0,
+    subscribers * plants.length - (await receiver.ask('count')).requests,
+  );
+  const deadline = Date.now() + 30_000 + 600 * subscribers;
+  while ((await receiver.ask('count')).requests < subscribers * plants.length) {
+    if (Date.now() > deadline || session.signal.aborted) break;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    plants = await plantsSince(session, sinceMs);
   }
+  const arrivals = new Map(
+    (await receiver.ask('report')).arrivals.map(([id, first, count]) => [id, { first, count }]),
+  );
+  const latencies: number[] = [];
+  let complete = 0;
+  let duplicates = 0;
+  for (const plant of plants) {
+    const arrived = arrivals.get(plant.id);
+    if (!arrived) continue;
+    latencies.push(arrived.first - plant.ms);
+    if (arrived.count >= subscribers) complete++;
+    duplicates += Math.max(0, arrived.count - subscribers);
+  }
+  latencies.sort((a, b) => a - b);
+  return {
+    subscribers,
+    plants: plants.length,
+    complete,
+    duplicates,
+    behindAtEnd,
+    p50Ms: quantile(latencies, 0.5),
+    p99Ms: quantile(latencies, 0.99),
+    maxMs: latencies.at(-1) ?? null,
+  };
 }
 
 /**
- * Subscribes `count` webhook endpoints straight in the table, as the management API would
- * (`<receiver>/<i>` each, a key of its own stored unsealed: the service runs without
- * WEBHOOK_ENCRYPTION_KEY), so that the target pays for deliveries and not for the API.
+ * Subscribes `count` endpoints straight in the table, as the management API would (a path of
+ * the receiver each, a key of its own, unsealed: the service runs without an encryption key).
  */
-async function subscribeEndpoints(databaseUrl: string, url: string, count: number): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    await client.query('truncate webhook_endpoints cascade');
+const subscribe = (session: Session, url: string, count: number) =>
+  withClient(session, async (client) => {
     const urls = Array.from({ length: count }, (_, i) => `${url}/${i + 1}`);
-    // As the service's generateSecret makes them: whsec_ and 32 random bytes in base64.
     const secrets = urls.map(() => `plain:whsec_${randomBytes(32).toString('base64')}`);
     await client.query(
       'insert into webhook_endpoints (url, secret) select * from unnest($1::text[], $2::text[])',
       [urls, secrets],
     );
-  } finally {
-    await client.end();
-  }
-}
-
-async function unsubscribeEndpoints(databaseUrl: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    await client.query('truncate webhook_endpoints cascade');
-  } finally {
-    await client.end();
-  }
-}
-
-/** Deliveries of the plants stored since `sinceMs` that the receiver has not got yet. */
-async function pendingDeliveries(
-  session: Session,
-  receiver: WebhookReceiver,
-  sinceMs: number,
-  subscribers: number,
-): Promise<number> {
-  const client = new pg.Client({ connectionString: session.databaseUrl });
-  await client.connect();
-  try {
-    const { rows } = await client.query<{ plants: number }>(
-      `select count(*)::int as plants from plants
-        where created_at >= to_timestamp($1::float8 / 1000)`,
-      [sinceMs],
-    );
-    const requests = await receiver.count();
-    return Math.max(0, subscribers * (rows[0]?.plants ?? 0) - requests);
-  } finally {
-    await client.end();
-  }
-}
-
-/** The environment that makes the service the target, beside the common one. */
-function targetEnvironment(target: HttpTarget): Record<string, string> {
-  // One statement per request: as many in flight as the pool has connections (its default).
-  if (target === 'service-unbatched') return { WRITE_BATCH_MAX: '1', WRITE_CONCURRENCY: '10' };
-  if (target === 'get-by-id-unbatched') return { READ_BATCH_MAX: '1', READ_CONCURRENCY: '10' };
-  return {};
-}
-
-const entryOf = (target: HttpTarget) =>
-  target === 'http-ceiling'
-    ? join(benchBuildFolder, 'ceiling.js')
-    : target === 'floor'
-      ? join(benchBuildFolder, 'floor.js')
-      : undefined;
-
-/** One request before the load: the token, the request and the answer are what the load expects. */
-async function checkAnswers(baseUrl: string, targets: Targets, target: HttpTarget): Promise<void> {
-  const authorization = `Bearer ${targets.session.token}`;
-  if (!isCreateTarget(target)) {
-    const { step } = targets.stored;
-    const path = target === 'get-page' ? `/plants?limit=${PAGE_SIZE}&after=0` : `/plants/${step}`;
-    const response = await fetch(`${baseUrl}${path}`, {
-      headers: { authorization },
-      signal: AbortSignal.timeout(10_000),
-    });
-    const text = await response.text();
-    const expected = `{"id":${step},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
-    // The creates of the other targets land between the stored plants: count, do not compare.
-    const rows = text.split(`"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`).length - 1;
-    const right =
-      target === 'get-page'
-        ? rows === PAGE_SIZE && response.headers.has('link')
-        : text === expected;
-    if (response.status !== 200 || !right) {
-      throw new StartError(`GET ${path} answered ${response.status} ${text.slice(0, 200)}`);
-    }
-    return;
-  }
-  const response = await fetch(`${baseUrl}/plants`, {
-    method: 'POST',
-    headers: { authorization, 'content-type': 'application/json' },
-    body: targets.nextBody(),
-    signal: AbortSignal.timeout(10_000),
   });
-  const text = await response.text();
-  if (response.status !== 200 || text !== JSON.stringify({ name: PLANT_NAME, tag: PLANT_TAG })) {
-    throw new StartError(`POST /plants answered ${response.status} ${text}`);
-  }
-}
 
-async function runHttpTarget(
-  targets: Targets,
-  target: HttpTarget,
+async function runTarget(
+  session: Session,
+  target: string,
   connections: number,
-): Promise<RunResult> {
-  const { session } = targets;
+  stored: { count: number; step: bigint },
+): Promise<Run> {
   const { options } = session;
   const endpoints = endpointsOf(target);
-  const receiver: WebhookReceiver | undefined =
-    target === 'service+webhooks' || endpoints !== undefined
-      ? await startReceiver('receiver.js', (port) => `http://127.0.0.1:${port}/webhooks/plants`)
-      : undefined;
-  const collector: OtlpCollector | undefined =
-    target === 'service-traced'
-      ? await startReceiver('otlp-receiver.js', (port) => `http://127.0.0.1:${port}`)
-      : undefined;
-  const startedAtMs = Date.now();
+  const subscribers = target === 'service+webhooks' ? 1 : endpoints;
+  const receiver = subscribers === undefined ? undefined : await startReceiver();
+  const env: Record<string, string> =
+    endpoints !== undefined
+      ? { WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }
+      : receiver
+        ? {
+            WEBHOOK_URLS: `${receiver.url}/webhooks/plants`,
+            WEBHOOK_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
+          }
+        : {};
+  const entry = target === 'floor' ? join(benchFolder, 'floor.js') : undefined;
+  const startedAt = Date.now();
+  const service = await startService(session, `${target}-${connections}`, env, entry);
   try {
-    const service = await startService(
+    // Before the first create: an endpoint gets the events recorded after it was made.
+    if (receiver && endpoints !== undefined) await subscribe(session, receiver.url, endpoints);
+    await withClient(session, (client) => client.query('vacuum analyze plants'));
+    await session.admin.query('checkpoint');
+    const random = (below: number) => BigInt(Math.floor(Math.random() * below));
+    const nextId = plantIds();
+    const next =
+      target === 'get-by-id'
+        ? () => ({
+            method: 'GET' as const,
+            path: `/plants/${(random(stored.count) + 1n) * stored.step}`,
+          })
+        : target === 'get-page'
+          ? () => ({
+              method: 'GET' as const,
+              path: `/plants?limit=${PAGE_SIZE}&after=${random(stored.count - PAGE_SIZE) * stored.step}`,
+            })
+          : () => ({ method: 'POST' as const, path: '/plants', body: plantBody(nextId()) });
+    const { token, signal } = session;
+    const common = {
+      baseUrl: service.baseUrl,
+      token,
+      connections,
+      next,
+      rate: options.rate,
+      signal,
+    };
+    if (options.warmupSeconds > 0) await runLoad({ ...common, seconds: options.warmupSeconds });
+    const { result, cpu, peakRssBytes } = await measure(
       session,
-      `${target}-${connections}`,
-      {
-        ...targetEnvironment(target),
-        ...(receiver &&
-          endpoints === undefined && {
-            WEBHOOK_URLS: receiver.url,
-            WEBHOOK_SECRET: BENCH_WEBHOOK_SECRET,
-          }),
-        // The receiver listens on loopback, which endpoints may reach only when allowed.
-        ...(endpoints !== undefined && { WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
-        ...(collector && { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url }),
-      },
-      entryOf(target),
+      service.pid,
+      receiver ? { receiver: receiver.pid } : {},
+      () => runLoad({ ...common, seconds: options.durationSeconds }),
     );
-    try {
-      // Before the first create: an endpoint gets the events recorded after it was made.
-      if (receiver && endpoints !== undefined) {
-        await subscribeEndpoints(session.databaseUrl, receiver.url, endpoints);
-      }
-      await checkAnswers(service.baseUrl, targets, target);
-      await checkpoint(session);
-      const load = {
-        ...requestsOf(targets, target),
-        baseUrl: service.baseUrl,
-        connections,
-        token: session.token,
-        signal: session.signal,
-        rate: options.rate,
-      };
-      if (options.warmupSeconds > 0) {
-        await runHttpLoad({ ...load, durationSeconds: options.warmupSeconds });
-      }
-      const measured = await measureLoad(
-        session,
-        service.child.pid,
-        receiver ? { receiver: receiver.pid } : {},
-        () => runHttpLoad({ ...load, durationSeconds: options.durationSeconds }),
-      );
-      // What the receiver still waited for when the load ended: a backlog that grows with the
-      // run means the service does not keep up with this rate.
-      const behind =
-        receiver && (await pendingDeliveries(session, receiver, startedAtMs, endpoints ?? 1));
-      const exited = exitedEarly(service);
-      if (exited !== undefined) throw new Error(`the server exited during the run:\n${exited}`);
-      // Before the service stops: what it still has to deliver, it delivers.
-      const webhooks =
-        receiver && (await measureDeliveries(session, receiver, startedAtMs, endpoints ?? 1));
-      const exit = await service.stop();
-      // Stopping flushed the spans still buffered.
-      const traces = collector && (await collector.report());
-      const { result } = measured;
-      const run: RunResult = {
-        target,
-        connections,
-        status: 'ok',
-        throughput: result.throughput,
-        p50Ms: result.p50Ms,
-        p99Ms: result.p99Ms,
-        errors: result.errors,
-        peakRssBytes: measured.peakRssBytes,
-        cpu: measured.cpu,
-      };
-      if (target === 'get-page') run.rowsPerAnswer = PAGE_SIZE;
-      if (traces) {
-        session.notes.add(
-          `service-traced at ${connections} connections: the collector got ${traces.spans} spans in ${traces.requests} OTLP requests, for the ${result.succeeded} creates measured and those of the warm-up.`,
-        );
-      }
-      if (webhooks) {
-        const receiverCpu = measured.others.receiver;
-        run.webhooks = {
-          ...webhooks,
-          ...(receiverCpu !== undefined && { receiverCpu }),
-          ...(behind !== undefined && { behindAtEnd: behind }),
-        };
-      }
-      if (exit.code !== 0) run.note = `the server stopped with ${describeExit(exit)}`;
-      return run;
-    } finally {
-      await service.stop();
-      // The next target starts with no subscriber: the endpoints go, and with them their
-      // deliveries and attempt log.
-      if (endpoints !== undefined) await unsubscribeEndpoints(session.databaseUrl);
+    if (service.exited()) throw new Error(`${target} exited during the load`);
+    const run: Run = { target, connections, ...result, peakRssBytes, cpu };
+    if (receiver && subscribers !== undefined) {
+      run.deliveries = await measureDeliveries(session, receiver, startedAt, subscribers);
     }
+    return run;
   } finally {
-    await receiver?.stop();
-    await collector?.stop();
-  }
-}
-
-/** pgbench clients this server can take now, leaving the configured spare slots to others. */
-async function pgbenchClients(session: Session, connections: number): Promise<number> {
-  const { rows } = await session.admin.query<{ max: number; used: number }>(
-    `select current_setting('max_connections')::int as max,
-            (select count(*)::int from pg_stat_activity where backend_type = 'client backend') as used`,
-  );
-  const { max = 0, used = 0 } = rows[0] ?? {};
-  const free = max - used - session.options.pgbenchSpareConnections;
-  const clients = Math.max(1, Math.min(connections, free));
-  if (clients < connections) {
-    session.notes.add(
-      `pgbench ran fewer clients than the level asks where shown as "(ran N)": the server allows max_connections = ${max}, and the harness leaves ${session.options.pgbenchSpareConnections} slots (BENCH_PGBENCH_SPARE_CONNECTIONS) for other users of the server.`,
-    );
-  }
-  return clients;
-}
-
-async function runPgbenchTarget(session: Session, connections: number): Promise<RunResult> {
-  const { options } = session;
-  const clients = await pgbenchClients(session, connections);
-  const common = {
-    pgbench: options.pgbenchPath,
-    databaseUrl: session.databaseUrl,
-    clients,
-    jobs: pgbenchJobsFor(clients, options),
-    workFolder: join(session.work, `pgbench-${connections}`),
-    signal: session.signal,
-    rate: options.rate,
-  };
-  await checkpoint(session);
-  try {
-    if (options.warmupSeconds > 0) {
-      await runPgbench({ ...common, durationSeconds: options.warmupSeconds, measure: false });
+    const exit = await service.stop();
+    if (exit !== 0) say(`  ${target} stopped with ${exit}`);
+    receiver?.stop();
+    // The next target starts with no subscriber; their deliveries and attempts go with them.
+    if (endpoints !== undefined) {
+      await withClient(session, (client) => client.query('truncate webhook_endpoints cascade'));
     }
-  } catch (error) {
-    throw new StartError((error as Error).message);
   }
-  const { result, cpu } = await measureLoad(session, undefined, {}, () =>
-    runPgbench({ ...common, durationSeconds: options.durationSeconds, measure: true }),
-  );
-  rmSync(common.workFolder, { recursive: true, force: true });
-  const run: RunResult = {
-    target: 'pgbench',
-    connections,
-    status: 'ok',
-    throughput: result.throughput,
-    p50Ms: result.p50Ms,
-    p99Ms: result.p99Ms,
-    errors: result.errors,
-    // pgbench is a process of its own: this one's CPU is not the load's.
-    cpu: {
-      ...(cpu.machine !== undefined && { machine: cpu.machine }),
-      ...(cpu.postgres !== undefined && { postgres: cpu.postgres }),
-    },
+}
+
+/** Microseconds of CPU per answer, or per plant delivered to a subscriber. */
+const perAnswer = (cores: number | undefined, throughput: number) =>
+  cores === undefined || throughput === 0 ? undefined : (cores * 1e6) / throughput;
+
+function levelTables(runs: Run[], connections: number): string {
+  const at = runs.filter((run) => run.connections === connections);
+  const rows = at.map((run) => [
+    run.target,
+    fixed(run.throughput, 0),
+    fixed(run.p50Ms, 2),
+    fixed(run.p99Ms, 2),
+    String(run.errors),
+    mebibytes(run.peakRssBytes),
+    ...[run.cpu.service, run.cpu.postgres, run.cpu.machine].map((cores) =>
+      fixed(perAnswer(cores, run.throughput), 1),
+    ),
+  ]);
+  const cpu = (target: string, withPostgres = false) => {
+    const run = at.find((candidate) => candidate.target === target);
+    if (!run) return undefined;
+    const own = perAnswer(run.cpu.service, run.throughput);
+    const postgres = withPostgres ? perAnswer(run.cpu.postgres, run.throughput) : 0;
+    return own === undefined || postgres === undefined ? undefined : own + postgres;
   };
-  if (clients !== connections) run.clients = clients;
-  if (result.exitCode !== 0) run.note = `pgbench exited with code ${result.exitCode}`;
-  return run;
+  const ratio = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined ? '-' : (a / b).toFixed(2);
+  const ratios = [
+    ['service', 'floor'],
+    ['get-by-id', 'service'],
+    ['get-page', 'service'],
+    ['service+webhooks', 'service'],
+  ]
+    .map(([a = '', b = '']) => [
+      `${a} / ${b}`,
+      ratio(cpu(a), cpu(b)),
+      b === 'floor' ? '-' : ratio(cpu(a, true), cpu(b, true)),
+    ])
+    .filter((row) => row[1] !== '-');
+  const delivered = at.flatMap(({ target, deliveries: d, cpu }) =>
+    d
+      ? [
+          [
+            target,
+            ...[d.subscribers, d.plants, d.complete, d.duplicates, d.behindAtEnd].map(String),
+            ...[d.p50Ms, d.p99Ms, d.maxMs].map((ms) => fixed(ms, 1)),
+            fixed(cpu.others.receiver, 2),
+          ],
+        ]
+      : [],
+  );
+  return [
+    `## ${connections} connection${connections === 1 ? '' : 's'}`,
+    markdownTable(
+      (
+        'target|answers/s|p50 ms|p99 ms|errors|peak RSS MiB|' +
+        'CPU µs/answer: target|PostgreSQL|machine'
+      ).split('|'),
+      rows,
+    ),
+    ratios.length > 0
+      ? markdownTable(['CPU per answer', 'target process', 'with PostgreSQL'], ratios)
+      : '',
+    delivered.length > 0
+      ? markdownTable(
+          (
+            'target|subscribers|plants|reached all|duplicates|owed at end|' +
+            'commit to delivery p50 ms|p99 ms|max ms|receiver cores'
+          ).split('|'),
+          delivered,
+        )
+      : '',
+  ]
+    .filter((part) => part !== '')
+    .join('\n\n');
 }
 
 export async function targetsSuite(session: Session): Promise<SuiteReport> {
-  const { options, notes } = session;
-  let targetList = options.targets;
-  let pgbench = 'not used';
-  if (targetList.includes('pgbench')) {
-    pgbench = (await pgbenchVersion(options.pgbenchPath)) ?? 'not installed';
-    if (pgbench === 'not installed') {
-      say(`pgbench (${options.pgbenchPath}) is not installed: skipping the pgbench target`);
-      notes.add('pgbench is not installed on this machine, so the pgbench target was skipped.');
-      targetList = targetList.filter((target) => target !== 'pgbench');
-    }
-  }
-
-  let stored: StoredPlants = { count: 0, step: 1n };
-  if (targetList.some((target) => target.startsWith('get-'))) {
-    say(`storing ${options.readPlants} plants for the read targets`);
-    stored = await storePlantsToRead(session.databaseUrl, options.readPlants);
-    notes.add(
-      `The read targets read ${options.readPlants} plants stored before the first run, with ids spread over int64 (${stored.step} apart, up to ${BigInt(stored.count) * stored.step}); get-by-id asks for one at random, get-page for the ${PAGE_SIZE} after one at random, so every page is full. The creates of the other targets add to the same table.`,
-    );
-  }
-  const targets: Targets = { session, nextBody: plantBodies(), stored };
-  const settings = await session.admin.query<{ name: string; value: string }>(
-    'select name, current_setting(name) as value from unnest($1::text[]) as name',
-    [POSTGRES_SETTINGS],
-  );
-  const postgres = Object.fromEntries(settings.rows.map(({ name, value }) => [name, value]));
-  const perRun = options.warmupSeconds + options.durationSeconds + 2;
-  say(
-    `levels ${options.connections.join(', ')}; targets ${targetList.join(', ')}; ` +
-      `${options.warmupSeconds} s warm-up + ${options.durationSeconds} s each; ` +
-      `about ${Math.ceil((perRun * targetList.length * options.connections.length) / 60)} min`,
-  );
-
-  const runs: RunResult[] = [];
-  const broken = new Map<Target, string>();
+  const { options } = session;
+  say(`storing ${options.readPlants} plants for the reads`);
+  const stored = await storePlants(session, options.readPlants);
+  const runs: Run[] = [];
   let failed = false;
   for (const connections of options.connections) {
-    say(`\n== ${connections} connection${connections === 1 ? '' : 's'}`);
-    for (const target of targetList) {
+    say(`\n== ${connections} connections`);
+    for (const target of options.targets) {
       if (session.signal.aborted) throw new Error('interrupted');
-      const brokenBecause = broken.get(target);
-      if (brokenBecause) {
-        runs.push({ target, connections, status: 'skipped', note: brokenBecause });
-        continue;
-      }
-      let run: RunResult;
       try {
-        run =
-          target === 'pgbench'
-            ? await runPgbenchTarget(session, connections)
-            : await runHttpTarget(targets, target, connections);
+        const run = await runTarget(session, target, connections, stored);
+        runs.push(run);
+        say(
+          `  ${target}: ${fixed(run.throughput, 0)}/s, p99 ${fixed(run.p99Ms, 2)} ms, ` +
+            `${run.errors} errors, ${fixed(perAnswer(run.cpu.service, run.throughput), 1)} µs CPU/answer`,
+        );
       } catch (error) {
         if (session.signal.aborted) throw error;
-        const message = (error as Error).message;
         failed = true;
-        process.stderr.write(`bench: ${target} at ${connections} connections: ${message}\n`);
-        if (error instanceof StartError) {
-          broken.set(target, `did not start at an earlier level (${connections})`);
-        }
-        const lines = message.split('\n').filter((line) => line.trim() !== '');
-        run = {
-          target,
-          connections,
-          status: 'failed',
-          note: lines.slice(0, 2).join(' ').slice(0, 160),
-        };
+        process.stderr.write(`bench: ${target} at ${connections}: ${(error as Error).message}\n`);
       }
-      runs.push(run);
-      say(`  ${runSummary(run)}`);
     }
   }
-
-  say(`\n${textTables(runs, options.connections)}`);
-  notes.add(
-    "A VACUUM ANALYZE of the plants and a CHECKPOINT precede each run's warm-up, so no run pays for vacuuming or writing out what an earlier run inserted, and the warm-up rather than the measurement takes the burst of full-page writes that follows a checkpoint.",
-  );
+  const rate = options.rate === undefined ? 'as fast as answered' : `${options.rate} requests/s`;
   return {
     title: 'Plant Store benchmark',
-    body: markdownBody(runs, options.connections, [...notes], postgres),
-    settings: {
-      targets: targetList.join(', '),
-      connections: options.connections.join(', '),
-      'duration per run (s)': options.durationSeconds,
-      'warm-up per run (s)': options.warmupSeconds,
-      pgbench,
-      'pgbench jobs': options.pgbenchJobs ?? `min(clients, ${availableParallelism()})`,
-      'pipelining (autocannon)': 1,
-      'requests per second per target': options.rate ?? 'as many as answered',
-      'service environment':
-        'DATABASE_URL, API_TOKENS (a fresh token), HOST=127.0.0.1, PORT=0, LOG_LEVEL=info; everything else (DB_POOL_MAX, timeouts, batching) at the service defaults, but for the unbatched targets',
-      'plants stored for the read targets': options.readPlants,
-    },
+    body: `Each target ran ${options.warmupSeconds} s of warm-up, then ${options.durationSeconds} s measured, ${rate}, from autocannon in the harness's process; ${PLANT_NAME} plants with fresh ids for creates, ${options.readPlants} plants stored beforehand for the reads (a page is ${PAGE_SIZE} of them). CPU is per 2xx answer: of the target's process, of every PostgreSQL process together (without other databases' client backends), and of the whole machine. Commit to delivery runs from the plant's created_at to the first delivery's arrival at the receiver.
+
+${options.connections.map((connections) => levelTables(runs, connections)).join('\n\n')}`,
     failed,
   };
 }
