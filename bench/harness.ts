@@ -120,8 +120,12 @@ export interface Service {
   stop(): Promise<number | string>;
 }
 
+/** The V8 flags the service ships with (the image's NODE_OPTIONS, which `npm start` matches). */
+export const shippedNodeOptions =
+  /NODE_OPTIONS="([^"]*)"/.exec(readFileSync(join(projectRoot, 'Dockerfile'), 'utf8'))?.[1] ?? '';
+
 /**
- * `node <entry>` (dist/server.js unless named) on the run's database with its token, on a free
+ * `node <entry>` (dist/server.js unless named), with the shipped V8 flags, on the run's database with its token, on a free
  * loopback port; `env` adds to that. Resolves once it answers /readyz 200.
  */
 export async function startService(
@@ -136,6 +140,7 @@ export async function startService(
     cwd: projectRoot,
     env: {
       PATH: process.env.PATH ?? '',
+      NODE_OPTIONS: shippedNodeOptions,
       DATABASE_URL: session.databaseUrl,
       API_TOKENS: session.token,
       HOST: '127.0.0.1',

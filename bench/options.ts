@@ -32,7 +32,7 @@ export interface BenchOptions {
   replayPercent: number;
   soakLoad: 'mixed' | 'creates';
   soakWebhooks: 'unruly' | 'off';
-  /** soak: the service's NODE_OPTIONS and MALLOC_ARENA_MAX, unset when empty. */
+  /** soak: the service's NODE_OPTIONS (the shipped flags when empty) and MALLOC_ARENA_MAX. */
   serviceNodeOptions: string;
   serviceMallocArenaMax: string;
   /** soak: after these rounds the service writes a heap snapshot. */

@@ -16,6 +16,7 @@ import {
   type Session,
   type SuiteReport,
   say,
+  shippedNodeOptions,
   startService,
   storePlants,
   withClient,
@@ -118,7 +119,7 @@ export async function soakSuite(session: Session): Promise<SuiteReport> {
   // Without its folder, the signal would kill the service rather than write a snapshot.
   if (snapshotting) mkdirSync(SNAPSHOT_FOLDER, { recursive: true });
   const nodeOptions = [
-    options.serviceNodeOptions,
+    options.serviceNodeOptions || shippedNodeOptions,
     snapshotting ? `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=${SNAPSHOT_FOLDER}` : '',
   ]
     .filter((option) => option !== '')
