@@ -5,12 +5,6 @@ import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 import { describeFailure, type NextStep } from './schedule.js';
 import type { AttemptResult } from './sending.js';
 
-/** What the dispatcher's statements need to know. */
-export interface OutboxOptions {
-  /** How long a process holds the deliveries it claims before any process may claim them. */
-  leaseMs: number;
-}
-
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export interface EndpointTarget {
   /** The endpoint's row key, in decimal. */
@@ -99,36 +93,13 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
   } satisfies ClaimedDelivery;
 }
 
-export interface FanOut {
-  events: number;
-  /** The position of the last event taken; undefined when none was. */
-  last: bigint | undefined;
-  deliveries: ClaimedDelivery[];
-}
+export type Outbox = ReturnType<typeof createOutbox>;
 
-export interface Outbox {
-  /**
-   * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
-   * those another process is taking, and turns each into one delivery per receiving endpoint
-   * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
-   * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
-   */
-  fanOut(limit: number, after: bigint): Promise<FanOut>;
-  /**
-   * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
-   * first: of `only` when given, otherwise of every endpoint but those in `busy`.
-   */
-  claim(limit: number, only: string | undefined, busy: string[]): Promise<ClaimedDelivery[]>;
-  /**
-   * Declares the WEBHOOK_URLS endpoints, signed with `secret` (sealed), until `untilMs` from
-   * now, and moves to them the deliveries older releases wrote by URL. `secret` undefined only
-   * renews the declaration.
-   */
-  declare(urls: string[], secret: string | undefined, untilMs: number): Promise<void>;
-}
-
-/** The statements that hand deliveries to dispatchers, each prepared once. */
-export function createOutbox(db: Database, options: OutboxOptions): Outbox {
+/**
+ * The statements that hand deliveries to dispatchers, each prepared once; a process holds the
+ * deliveries it claims for `leaseMs`, then any process may claim them.
+ */
+export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
   // One statement, one transaction: an event goes only with its deliveries written, so one
   // taken by a process that dies before the commit stays for the next fan-out of any process.
   const fanOut = prepareStatement<FanOutRow>(
@@ -147,7 +118,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                                           next_attempt_at, failed_at, last_error)
           select taken.event_id, e.id, taken.body, taken.created_at,
                  case when e.disabled then 0 else 1 end,
-                 case when e.disabled then now() else ${leaseEnd(options.leaseMs)} end,
+                 case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
             from taken join webhook_endpoints as e
@@ -171,7 +142,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
     'webhook_claim',
     sql`with claimed as (
           update webhook_deliveries
-             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
+             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(leaseMs)}
            where id = any(array(
                    select due.id from webhook_endpoints as e
                     cross join lateral (
@@ -232,7 +203,14 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
   );
 
   return {
-    async fanOut(limit, after) {
+    /**
+     * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
+     * those another process is taking, and turns each into one delivery per receiving endpoint
+     * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
+     * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
+     * `last` is the position of the last event taken.
+     */
+    async fanOut(limit: number, after: bigint) {
       const claimedAt = performance.now();
       const rows = await fanOut.execute({ limit, after });
       const events = new Set<string>();
@@ -249,12 +227,21 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
       }
       return { events: events.size, last, deliveries };
     },
-    async claim(limit, only, busy) {
+    /**
+     * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
+     * first: of `only` when given, otherwise of every endpoint but those in `busy`.
+     */
+    async claim(limit: number, only: string | undefined, busy: string[]) {
       const claimedAt = performance.now();
       const rows = await claim.execute({ limit, only: only ?? null, busy });
       return rows.map((row) => deliveryOf(row, claimedAt));
     },
-    async declare(urls, secret, untilMs) {
+    /**
+     * Declares the WEBHOOK_URLS endpoints, signed with `secret` (sealed), until `untilMs` from
+     * now, and moves to them the deliveries older releases wrote by URL. `secret` undefined only
+     * renews the declaration.
+     */
+    async declare(urls: string[], secret: string | undefined, untilMs: number) {
       if (urls.length === 0) return;
       const values = { urls, untilMs: Math.trunc(untilMs) };
       await (secret === undefined ? renew.execute(values) : declare.execute({ ...values, secret }));
@@ -331,15 +318,12 @@ export function attemptRecord(
   };
 }
 
-export interface OutcomeStatements {
-  /** Writes outcomes; returns the endpoints that their attempts disabled. */
-  record(outcomes: Outcome[]): Promise<DisabledEndpoint[]>;
-}
+export type OutcomeStatements = ReturnType<typeof createOutcomeStatements>;
 
 export function createOutcomeStatements(
   db: Database,
   { disableAfterS }: { disableAfterS: number },
-): OutcomeStatements {
+) {
   const deleteDelivered = prepareStatement(
     db,
     'webhook_delete_delivered',
@@ -441,7 +425,8 @@ export function createOutcomeStatements(
   );
 
   return {
-    async record(outcomes) {
+    /** Writes outcomes; returns the endpoints that their attempts disabled. */
+    async record(outcomes: Outcome[]): Promise<DisabledEndpoint[]> {
       const delivered: string[] = [];
       const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
       const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
@@ -528,16 +513,20 @@ export const STATS_COUNT_LIMIT = 100_000;
 /** Rows one sweep deletes at most from each table; the next sweep goes on. */
 const SWEEP_LIMIT = 10_000;
 
-export interface Upkeep {
-  stats(): Promise<OutboxStats>;
-  /**
-   * Deletes attempts and failed deliveries older than the retention (returns how many), and
-   * the keys rotated out whose grace is over.
-   */
-  sweep(): Promise<number>;
-}
+/** A CTE that deletes the rows of webhook_`table` whose `column` is older than the retention. */
+const old = (table: string, column: string) =>
+  sql`${sql.raw(`old_${table}`)} as (
+          delete from ${sql.raw(`webhook_${table}`)}
+           where id = any(array(
+                   select id from ${sql.raw(`webhook_${table}`)}
+                    where ${sql.raw(column)} < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
+                    limit ${SWEEP_LIMIT}))
+          returning 1
+        )`;
 
-export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }): Upkeep {
+export type Upkeep = ReturnType<typeof createUpkeep>;
+
+export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }) {
   const stats = prepareStatement<{
     pending: number;
     failed: number;
@@ -571,22 +560,7 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
   const sweep = prepareStatement<{ count: number }>(
     db,
     'webhook_sweep',
-    sql`with old_attempts as (
-          delete from webhook_attempts
-           where id = any(array(
-                   select id from webhook_attempts
-                    where attempted_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
-                    limit ${SWEEP_LIMIT}))
-          returning 1
-        ),
-        old_deliveries as (
-          delete from webhook_deliveries
-           where id = any(array(
-                   select id from webhook_deliveries
-                    where failed_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
-                    limit ${SWEEP_LIMIT}))
-          returning 1
-        ),
+    sql`with ${old('attempts', 'attempted_at')}, ${old('deliveries', 'failed_at')},
         -- A key replaced by a rotation is not kept once its grace is over.
         expired_keys as (
           update webhook_endpoints set previous_secret = null, previous_secret_until = null
@@ -595,7 +569,7 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
         select ((select count(*) from old_attempts) + (select count(*) from old_deliveries))::int4 as count`,
   );
   return {
-    async stats() {
+    async stats(): Promise<OutboxStats> {
       const [row] = await stats.execute({});
       // An event not yet fanned out is a delivery pending for each endpoint, due since it was made.
       const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
@@ -605,6 +579,10 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
         oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
       };
     },
+    /**
+     * Deletes attempts and failed deliveries older than the retention (returns how many), and
+     * the keys rotated out whose grace is over.
+     */
     async sweep() {
       const [row] = await sweep.execute({ retention: logRetentionS });
       return row?.count ?? 0;
