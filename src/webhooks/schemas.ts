@@ -4,10 +4,9 @@ import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.
 
 export const URL_MAX_LENGTH = 2048;
 export const DESCRIPTION_MAX_LENGTH = 1024;
-export const ENDPOINT_PAGE_LIMIT_MAX = 100;
-export const ENDPOINT_PAGE_LIMIT_DEFAULT = 50;
-export const ATTEMPT_PAGE_LIMIT_MAX = 100;
-export const ATTEMPT_PAGE_LIMIT_DEFAULT = 50;
+/** The size of a page of endpoints or of attempts. */
+export const PAGE_LIMIT_MAX = 100;
+export const PAGE_LIMIT_DEFAULT = 50;
 
 const URL_PROBLEM = `must be an absolute http or https URL of at most ${URL_MAX_LENGTH} characters, without user information`;
 
@@ -167,18 +166,14 @@ export function isRfc3339(text: string): boolean {
   // setUTCFullYear, not Date.UTC, which reads years below 100 as 19xx.
   const lastDay = new Date(0);
   lastDay.setUTCFullYear(year, month, 0);
-  const daysInMonth = lastDay.getUTCDate();
+  const highest = [12, lastDay.getUTCDate(), 23, 59, 60, 23, 59];
   return (
     year >= 1 &&
     month >= 1 &&
-    month <= 12 &&
     day >= 1 &&
-    day <= daysInMonth &&
-    hour <= 23 &&
-    minute <= 59 &&
-    second <= 60 &&
-    offsetHour <= 23 &&
-    offsetMinute <= 59
+    [month, day, hour, minute, second, offsetHour, offsetMinute].every(
+      (v, i) => v <= (highest[i] ?? 0),
+    )
   );
 }
 
@@ -254,16 +249,19 @@ export const EndpointIdParamsSchema = Type.Object({
   id: Type.String({ pattern: ENDPOINT_ID_PATTERN, description: 'The endpoint' }),
 });
 
-export const EndpointPageQuerySchema = Type.Object({
-  limit: Type.Optional(
+const pageLimit = (items: string) =>
+  Type.Optional(
     Type.Integer({
       format: 'int32',
       minimum: 1,
-      maximum: ENDPOINT_PAGE_LIMIT_MAX,
-      default: ENDPOINT_PAGE_LIMIT_DEFAULT,
-      description: 'The maximum number of endpoints to return',
+      maximum: PAGE_LIMIT_MAX,
+      default: PAGE_LIMIT_DEFAULT,
+      description: `The maximum number of ${items} to return`,
     }),
-  ),
+  );
+
+export const EndpointPageQuerySchema = Type.Object({
+  limit: pageLimit('endpoints'),
   after: Type.Optional(
     Type.String({
       pattern: ENDPOINT_ID_PATTERN,
@@ -273,15 +271,7 @@ export const EndpointPageQuerySchema = Type.Object({
 });
 
 export const AttemptPageQuerySchema = Type.Object({
-  limit: Type.Optional(
-    Type.Integer({
-      format: 'int32',
-      minimum: 1,
-      maximum: ATTEMPT_PAGE_LIMIT_MAX,
-      default: ATTEMPT_PAGE_LIMIT_DEFAULT,
-      description: 'The maximum number of attempts to return',
-    }),
-  ),
+  limit: pageLimit('attempts'),
   after: Type.Optional(
     Type.String({
       pattern: '^att_[0-9a-f]{16}$',
