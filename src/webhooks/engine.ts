@@ -7,7 +7,6 @@ import { describeFailure, nextStep } from './schedule.js';
 import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
 import { webhookId } from './signature.js';
 import {
-  attemptRecord,
   type ClaimedDelivery,
   createOutbox,
   createOutcomeStatements,
@@ -17,6 +16,7 @@ import {
   type Outbox,
   type Outcome,
   type OutcomeStatements,
+  plantIdOf,
   type Upkeep,
 } from './statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
@@ -143,15 +143,21 @@ export function createDispatcher(options: DispatcherOptions) {
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
     const logged = {
-      record: attemptRecord(lane.endpoint, delivery, result, step, { startedAt, durationMs }),
+      record: {
+        endpoint: lane.endpoint,
+        eventId: delivery.eventId,
+        plantId: plantIdOf(delivery.body),
+        succeeded: failure === undefined,
+        status: result.kind === 'answered' ? result.status : undefined,
+        error: failure?.status === undefined ? failure?.error : undefined,
+        durationMs,
+        attemptedAtMs: startedAt,
+        gone: step.kind === 'gone',
+      },
     };
     if (failure === undefined) {
       record({ kind: 'delivered', id: delivery.id, ...logged });
-      const lagMs =
-        delivery.createdAtMs === undefined
-          ? performance.now() - delivery.claimedAt
-          : Date.now() - delivery.createdAtMs;
-      metrics?.observeDelivery('delivered', lagMs / 1000);
+      metrics?.observeDelivery('delivered', (Date.now() - delivery.createdAtMs) / 1000);
       return;
     }
     const context = {

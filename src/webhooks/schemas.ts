@@ -106,7 +106,6 @@ export const NewEndpointSchema = Type.Object(
   },
   { $id: 'NewEndpoint', description: 'An endpoint to create. Unknown properties are ignored' },
 );
-export type NewEndpoint = Static<typeof NewEndpointSchema>;
 
 export const EndpointPatchSchema = Type.Object(
   {
@@ -134,7 +133,6 @@ export const EndpointPatchSchema = Type.Object(
       'A JSON merge patch (RFC 7396): the fields given replace the stored ones, the others stay. Unknown properties are ignored',
   },
 );
-export type EndpointPatch = Static<typeof EndpointPatchSchema>;
 
 export const SigningKeySchema = Type.Object(
   { key: SigningKey('The signing key: `whsec_` and the base64 of its bytes') },

@@ -2,8 +2,6 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
-import { describeFailure, type NextStep } from './schedule.js';
-import type { AttemptResult } from './sending.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export interface EndpointTarget {
@@ -213,19 +211,18 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     async fanOut(limit: number, after: bigint) {
       const claimedAt = performance.now();
       const rows = await fanOut.execute({ limit, after });
-      const events = new Set<string>();
-      let last: bigint | undefined;
-      const deliveries: ClaimedDelivery[] = [];
-      for (const row of rows) {
-        if (!events.has(row.position)) {
-          events.add(row.position);
-          const position = BigInt(row.position);
-          if (last === undefined || position > last) last = position;
-        }
-        if (row.id === null) continue;
-        deliveries.push(deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent));
-      }
-      return { events: events.size, last, deliveries };
+      const positions = [...new Set(rows.map((row) => row.position))].map(BigInt);
+      return {
+        events: positions.length,
+        /** The position of the last event taken; undefined when none was. */
+        last: positions.reduce<bigint | undefined>(
+          (a, b) => (a === undefined || b > a ? b : a),
+          undefined,
+        ),
+        deliveries: rows.flatMap((row) =>
+          row.id === null ? [] : [deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent)],
+        ),
+      };
     },
     /**
      * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
@@ -295,28 +292,6 @@ export const failingReason = (seconds: number) =>
 /** `{"id":<digits>` opens every newPlant body: the plant's id, exactly. */
 const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
 export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
-
-/** What the attempt log keeps of an attempt of `delivery` to `endpoint` that ended `result`. */
-export function attemptRecord(
-  endpoint: string,
-  delivery: { eventId: string; body: string },
-  result: AttemptResult,
-  step: NextStep,
-  { startedAt, durationMs }: { startedAt: number; durationMs: number },
-): AttemptRecord {
-  const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
-  return {
-    endpoint,
-    eventId: delivery.eventId,
-    plantId: plantIdOf(delivery.body),
-    succeeded: failure === undefined,
-    status: result.kind === 'answered' ? result.status : undefined,
-    error: failure?.status === undefined ? failure?.error : undefined,
-    durationMs,
-    attemptedAtMs: startedAt,
-    gone: step.kind === 'gone',
-  };
-}
 
 export type OutcomeStatements = ReturnType<typeof createOutcomeStatements>;
 
