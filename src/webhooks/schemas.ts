@@ -55,6 +55,14 @@ const SigningKey = (text: string) =>
     description: text,
   });
 
+/** A key that may be given, or is made at random. */
+const newKey = (what: string) =>
+  Type.Optional(
+    SigningKey(
+      `${what}, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
+    ),
+  );
+
 const ENDPOINT_ID_PATTERN = '^ep_[0-9a-f]{16}$';
 const dateTime = (text: string) => Type.String({ format: 'date-time', description: text });
 
@@ -98,11 +106,7 @@ export const NewEndpointSchema = Type.Object(
       Text({ ...description, description: `At most ${DESCRIPTION_MAX_LENGTH} characters; ""` }),
     ),
     disabled: Type.Optional(Type.Boolean({ description: 'Create it disabled; false' })),
-    secret: Type.Optional(
-      SigningKey(
-        `Its signing key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
-      ),
-    ),
+    secret: newKey('Its signing key'),
   },
   { $id: 'NewEndpoint', description: 'An endpoint to create. Unknown properties are ignored' },
 );
@@ -141,11 +145,7 @@ export const SigningKeySchema = Type.Object(
 
 export const RotationSchema = Type.Object(
   {
-    key: Type.Optional(
-      SigningKey(
-        `The new key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
-      ),
-    ),
+    key: newKey('The new key'),
   },
   { description: 'The key that signs from now on' },
 );

@@ -55,7 +55,8 @@ const timeoutCodes = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOU
  * stream of every answer: deliveries are as many as creates.
  */
 function attemptDelivery(
-  { pool, path, keys }: { pool: Dispatcher; path: string; keys: readonly KeyObject[] },
+  { pool, path }: { pool: Dispatcher; path: string },
+  keys: readonly KeyObject[],
   delivery: ClaimedDelivery,
   timeoutMs: number,
   signal: AbortSignal,
@@ -181,7 +182,7 @@ export async function sendOn(
     recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT,
   );
   // An attempt never rejects: its result says how it ended.
-  const result = await attemptDelivery({ ...lane, keys }, delivery, timeoutMs, signal);
+  const result = await attemptDelivery(lane, keys, delivery, timeoutMs, signal);
   if (result.kind === 'answered') span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, result.status);
   const failure = failureOf(result);
   if (failure !== undefined) {

@@ -4,38 +4,9 @@ import { prepareStatement } from '../db/prepared.js';
 import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
-export interface EndpointTarget {
-  /** The endpoint's row key, in decimal. */
-  key: string;
-  url: string;
-  /** The signing key, sealed (see secrets.ts). */
-  secret: string;
-  /** The key before the last rotation, sealed, while it still signs. */
-  previousSecret: string | undefined;
-  /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
-  version: number;
-  /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
-  configured: boolean;
-}
-
+export type EndpointTarget = ClaimedDelivery['endpoint'];
 /** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
-export interface ClaimedDelivery {
-  id: string;
-  /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
-  eventId: string;
-  /** The endpoint, as it was when the delivery was claimed. */
-  endpoint: EndpointTarget;
-  /** The exact bytes to sign and send. */
-  body: string;
-  /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
-  attempt: number;
-  /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
-  claimedAt: number;
-  /** When the event was recorded (ms since the epoch). */
-  createdAtMs: number;
-  /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
-  traceparent?: string | undefined;
-}
+export type ClaimedDelivery = ReturnType<typeof deliveryOf>;
 
 export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
@@ -74,21 +45,33 @@ const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   return {
     id: row.id,
+    /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
     eventId: row.event_id,
+    /** The endpoint, as it was when the delivery was claimed. */
     endpoint: {
+      /** The endpoint's row key, in decimal. */
       key: row.endpoint_key,
       url: row.endpoint_url,
+      /** The signing key, sealed (see secrets.ts). */
       secret: row.secret,
+      /** The key before the last rotation, sealed, while it still signs. */
       previousSecret: row.previous_secret ?? undefined,
+      /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
       version: row.endpoint_version,
+      /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
       configured: row.configured,
     },
+    /** The exact bytes to sign and send. */
     body: row.body,
+    /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
     attempt: row.attempts,
+    /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
     claimedAt,
+    /** When the event was recorded (ms since the epoch). */
     createdAtMs: row.created_ms,
+    /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
     traceparent: traceparent ?? undefined,
-  } satisfies ClaimedDelivery;
+  };
 }
 
 export type Outbox = ReturnType<typeof createOutbox>;
@@ -214,7 +197,6 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
       const positions = [...new Set(rows.map((row) => row.position))].map(BigInt);
       return {
         events: positions.length,
-        /** The position of the last event taken; undefined when none was. */
         last: positions.reduce<bigint | undefined>(
           (a, b) => (a === undefined || b > a ? b : a),
           undefined,
@@ -470,17 +452,7 @@ function logValues(unordered: AttemptRecord[], disableAfterS: number) {
   };
 }
 
-export interface OutboxStats {
-  /**
-   * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
-   * receiving endpoint, counted up to STATS_COUNT_LIMIT.
-   */
-  pending: number;
-  /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
-  failed: number;
-  /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
-  oldestDueSeconds: number;
-}
+export type OutboxStats = Awaited<ReturnType<Upkeep['stats']>>;
 
 /** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
 export const STATS_COUNT_LIMIT = 100_000;
@@ -544,13 +516,19 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
         select ((select count(*) from old_attempts) + (select count(*) from old_deliveries))::int4 as count`,
   );
   return {
-    async stats(): Promise<OutboxStats> {
+    async stats() {
       const [row] = await stats.execute({});
       // An event not yet fanned out is a delivery pending for each endpoint, due since it was made.
       const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
       return {
+        /**
+         * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
+         * receiving endpoint, counted up to STATS_COUNT_LIMIT.
+         */
         pending: Math.min(pending, STATS_COUNT_LIMIT),
+        /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
         failed: row?.failed ?? 0,
+        /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
         oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
       };
     },
