@@ -75,6 +75,15 @@ export const missedLog = (deliveries: string) =>
                  substring(body from '^\\{"id":(-?\\d{1,19})[,}]')::int8, false, 'endpoint disabled', 0
             from ${deliveries}
         )`);
+/** CTEs that give up the pending deliveries of the endpoints `disabled` selects, and log them. */
+export const givenUp = (disabled: string) =>
+  sql`given_up as (
+          update webhook_deliveries
+             set failed_at = now(), last_error = 'endpoint disabled'
+           where endpoint_id in (${sql.raw(disabled)}) and failed_at is null
+          returning endpoint_id, event_id, body
+        ),
+        ${missedLog('given_up')}`;
 const endpointKey = sql`${placeholder('id')}::bigint`;
 
 /**
@@ -132,13 +141,7 @@ export function createEndpointStore(
            where id = ${endpointKey} and not configured
           returning *
         ),
-        given_up as (
-          update webhook_deliveries
-             set failed_at = now(), last_error = 'endpoint disabled'
-           where endpoint_id = (select id from changed where disabled) and failed_at is null
-          returning endpoint_id, event_id, body
-        ),
-        ${missedLog('given_up')}
+        ${givenUp('select id from changed where disabled')}
         select ${endpointColumns(sql.raw('changed'))} from changed`,
   );
   const remove = prepareStatement<{ id: string }>(

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
+import { givenUp, missedLog, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];
@@ -370,34 +370,20 @@ export function createOutcomeStatements(
            where e.id = h.id
           returning e.id, e.disabled, e.disabled_reason
         ),
-        missed as (
-          update webhook_deliveries as d
-             set failed_at = now(), last_error = 'endpoint disabled'
-            from changed as c
-           where c.disabled and d.endpoint_id = c.id and d.failed_at is null
-          returning d.endpoint_id, d.event_id, d.body
-        ),
-        ${missedLog('missed')}
+        ${givenUp('select id from changed where disabled')}
         select id::text as key, disabled_reason as reason from changed where disabled`,
   );
 
   return {
     /** Writes outcomes; returns the endpoints that their attempts disabled. */
     async record(outcomes: Outcome[]): Promise<DisabledEndpoint[]> {
-      const delivered: string[] = [];
-      const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
-      const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
-      const records: AttemptRecord[] = [];
-      for (const outcome of outcomes) {
-        if (outcome.kind === 'delivered') delivered.push(outcome.id);
-        else if (outcome.kind === 'released') released.push(outcome);
-        else settled.push(outcome);
-        if (outcome.record) records.push(outcome.record);
-      }
-      const statements: Array<Promise<unknown>> = [];
-      if (delivered.length > 0) statements.push(deleteDelivered.execute({ ids: delivered }));
-      if (settled.length > 0) {
-        statements.push(
+      const delivered = outcomes.filter((o) => o.kind === 'delivered');
+      const settled = outcomes.filter((o) => o.kind === 'retry' || o.kind === 'failed');
+      const released = outcomes.filter((o) => o.kind === 'released');
+      const records = outcomes.flatMap((o) => (o.record ? [o.record] : []));
+      await Promise.all([
+        delivered.length > 0 && deleteDelivered.execute({ ids: delivered.map((o) => o.id) }),
+        settled.length > 0 &&
           reschedule.execute({
             ids: settled.map((o) => o.id),
             attempts: settled.map((o) => o.attempt),
@@ -405,17 +391,12 @@ export function createOutcomeStatements(
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
           }),
-        );
-      }
-      if (released.length > 0) {
-        statements.push(
+        released.length > 0 &&
           release.execute({
             ids: released.map((o) => o.id),
             attempts: released.map((o) => o.attempt),
           }),
-        );
-      }
-      await Promise.all(statements);
+      ]);
       // After the others: disabling an endpoint fails its pending deliveries, which the
       // statements above may be updating too; one after the other, they cannot deadlock.
       if (records.length === 0) return [];
