@@ -5,13 +5,6 @@ import { INT64_MAX } from '../kinds.js';
 import { generateSecret, openSecret, sealSecret } from './secrets.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
-interface NewEndpoint {
-  url: string;
-  description: string;
-  disabled: boolean;
-  secret?: string | undefined;
-}
-
 export interface EndpointRow {
   /** The row key, in decimal. */
   id: string;
@@ -37,6 +30,13 @@ export interface AttemptRow {
   error: string | null;
   durationMs: number;
   attemptedAt: string;
+}
+
+interface NewEndpoint {
+  url: string;
+  description: string;
+  disabled: boolean;
+  secret?: string | undefined;
 }
 
 export type EndpointStore = ReturnType<typeof createEndpointStore>;
@@ -252,17 +252,13 @@ export function createEndpointStore(
      */
     async attempts(
       key: bigint,
-      {
-        before,
-        limit,
-        succeeded,
-      }: { before: bigint; limit: number; succeeded?: boolean | undefined },
+      query: { before: bigint; limit: number; succeeded?: boolean | undefined },
     ) {
       const rows = await attemptPage.execute({
         ...keyOf(key),
-        before: (before > INT64_MAX ? INT64_MAX : before).toString(),
-        limit,
-        succeeded: succeeded ?? null,
+        before: (query.before > INT64_MAX ? INT64_MAX : query.before).toString(),
+        limit: query.limit,
+        succeeded: query.succeeded ?? null,
       });
       if (rows.length === 0) return undefined;
       return rows.filter((row) => row.id !== null);

@@ -79,7 +79,6 @@ export function createDispatcher(options: DispatcherOptions) {
   let pollTimer: NodeJS.Timeout | undefined;
   let lastSweep = performance.now();
 
-  /** One lane per endpoint, by its row key. */
   const lanes = new Map<string, Lane>();
 
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
@@ -408,7 +407,6 @@ export function createDispatcher(options: DispatcherOptions) {
       await recorder.flush();
       await Promise.all([...lanes.values()].map((lane) => lane.pool.destroy()));
     },
-    /** Attempts in flight and deliveries waiting for one, over every lane. */
     stats: () => ({ inFlight: inFlight(), queued: count((lane) => lane.queue.length) }),
   };
 }
@@ -463,7 +461,6 @@ function createRecorder(
       unrecorded.push(outcome);
       schedule(outcome.kind !== 'delivered');
     },
-    /** Writes every outcome noted so far. */
     async flush(): Promise<void> {
       while (unrecorded.length > 0 || recording) await write();
     },

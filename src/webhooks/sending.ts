@@ -196,7 +196,6 @@ export async function sendOn(
 /** One endpoint: its connections, its queue, its attempts; aimed by createLanes. */
 function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
   return {
-    /** The endpoint's row key. */
     endpoint: target.key,
     url: target.url,
     /** Its connections refuse private networks (see destination.ts). */
