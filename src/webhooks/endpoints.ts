@@ -32,62 +32,14 @@ export interface AttemptRow {
   attemptedAt: string;
 }
 
-export interface NewEndpoint {
+interface NewEndpoint {
   url: string;
   description: string;
   disabled: boolean;
-  /** The signing key; a new one is made when absent. */
   secret?: string | undefined;
 }
 
-/** A JSON merge patch: each field given replaces the stored one. */
-export interface EndpointPatch {
-  url?: string | undefined;
-  description?: string | undefined;
-  disabled?: boolean | undefined;
-}
-
-export interface EndpointStoreOptions {
-  /** Secrets are sealed under the first of these keys, bound to their row (see secrets.ts). */
-  encryptionKeys: KeyRing;
-  /** How long the key before a rotation still signs, in seconds. */
-  rotationGraceS: number;
-}
-
-/**
- * The statements of the management API; each returns undefined for an endpoint that is not,
- * and those that change one, for a configured one too (the route tells which).
- */
-export interface EndpointStore {
-  create(endpoint: NewEndpoint): Promise<EndpointRow>;
-  get(key: bigint): Promise<EndpointRow | undefined>;
-  /** Up to `limit` endpoints whose key is above `after`, in ascending key order. */
-  list(after: bigint, limit: number): Promise<EndpointRow[]>;
-  /**
-   * Applies the patch. Enabling clears `disabledReason` and the failing run; disabling gives up
-   * the endpoint's pending deliveries (failed, "endpoint disabled"), which `recover` can send later.
-   */
-  patch(key: bigint, patch: EndpointPatch): Promise<EndpointRow | undefined>;
-  /** Deletes the endpoint, its deliveries and its attempts; false when there was none. */
-  delete(key: bigint): Promise<boolean>;
-  /** The current signing key, opened (throws SecretUnavailableError when it cannot be). */
-  secret(key: bigint): Promise<string | undefined>;
-  /** The new key (`secret`, or a new one) signs from now on; the old one too, for the grace. */
-  rotate(key: bigint, secret?: string): Promise<boolean>;
-  /**
-   * Up to `limit` attempts older than `before` (a key), newest first; only those that succeeded
-   * or failed when `succeeded` is given. Undefined when there is no such endpoint.
-   */
-  attempts(
-    key: bigint,
-    query: { before: bigint; limit: number; succeeded?: boolean | undefined },
-  ): Promise<AttemptRow[] | undefined>;
-  /**
-   * Makes every delivery of the endpoint that failed at or after `since` due again, as new:
-   * how many; undefined when there is no such endpoint, 'disabled' when it is disabled.
-   */
-  recover(key: bigint, since: string): Promise<number | 'disabled' | undefined>;
-}
+export type EndpointStore = ReturnType<typeof createEndpointStore>;
 
 const placeholder = (name: string) => sql.placeholder(name);
 
@@ -125,12 +77,28 @@ export const missedLog = (deliveries: string) =>
                  substring(body from '^\\{"id":(-?\\d{1,19})[,}]')::int8, false, 'endpoint disabled', 0
             from ${deliveries}
         )`);
+/** CTEs that give up the pending deliveries of the endpoints `disabled` selects, and log them. */
+export const givenUp = (disabled: string) =>
+  sql`given_up as (
+          update webhook_deliveries
+             set failed_at = now(), last_error = 'endpoint disabled'
+           where endpoint_id in (${sql.raw(disabled)}) and failed_at is null
+          returning endpoint_id, event_id, body
+        ),
+        ${missedLog('given_up')}`;
 const endpointKey = sql`${placeholder('id')}::bigint`;
 
-/** The statements of the management API over `db`, each prepared once. */
-export function createEndpointStore(db: Database, options: EndpointStoreOptions): EndpointStore {
-  const { encryptionKeys } = options;
-  const grace = Math.trunc(options.rotationGraceS);
+/**
+ * The statements of the management API over `db`, each prepared once; each returns undefined
+ * for an endpoint that is not, and those that change one, for a configured one too (the route
+ * tells which). Secrets are sealed under the first of `encryptionKeys`, bound to their row (see
+ * secrets.ts); the key before a rotation still signs for `rotationGraceS`.
+ */
+export function createEndpointStore(
+  db: Database,
+  { encryptionKeys, rotationGraceS }: { encryptionKeys: KeyRing; rotationGraceS: number },
+) {
+  const grace = Math.trunc(rotationGraceS);
 
   // The secret is sealed for its row, so the row's key is drawn before the insert.
   const nextKey = prepareStatement<{ id: string }>(
@@ -182,13 +150,7 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
            where id = ${endpointKey} and not configured
           returning *
         ),
-        given_up as (
-          update webhook_deliveries
-             set failed_at = now(), last_error = 'endpoint disabled'
-           where endpoint_id = (select id from changed where disabled) and failed_at is null
-          returning endpoint_id, event_id, body
-        ),
-        ${missedLog('given_up')}
+        ${givenUp('select id from changed where disabled')}
         select ${endpointColumns(sql.raw('changed'))} from changed`,
   );
   const remove = prepareStatement<{ id: string }>(
@@ -254,7 +216,8 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
     ({ endpoint: key.toString(), field: 'secret' }) as const;
 
   return {
-    async create({ url, description, disabled, secret }) {
+    /** A new endpoint, signed with `secret`, or a new key when it is absent. */
+    async create({ url, description, disabled, secret }: NewEndpoint) {
       const [next] = await nextKey.execute({});
       if (!next) throw new Error('the sequence of endpoint keys returned no value');
       const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(next.id));
@@ -268,13 +231,18 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
       if (!row) throw new Error('the insert of an endpoint returned no row');
       return row;
     },
-    async get(key) {
+    async get(key: bigint): Promise<EndpointRow | undefined> {
       return (await select.execute(keyOf(key)))[0];
     },
-    list(after, limit) {
+    /** Up to `limit` endpoints whose key is above `after`, in ascending key order. */
+    list(after: bigint, limit: number) {
       return page.execute({ after: after.toString(), limit });
     },
-    async patch(key, { url, description, disabled }) {
+    /**
+     * Applies a JSON merge patch. Enabling clears `disabledReason` and the failing run; disabling
+     * gives up the pending deliveries (failed, "endpoint disabled"), which `recover` can send later.
+     */
+    async patch(key: bigint, { url, description, disabled }: Partial<NewEndpoint>) {
       const values = {
         ...keyOf(key),
         url: url ?? null,
@@ -283,31 +251,45 @@ export function createEndpointStore(db: Database, options: EndpointStoreOptions)
       };
       return (await update.execute(values))[0];
     },
-    async delete(key) {
+    /** Deletes the endpoint, its deliveries and its attempts; false when there was none. */
+    async delete(key: bigint) {
       return (await remove.execute(keyOf(key))).length > 0;
     },
-    async secret(key) {
+    /** The current signing key, opened (throws SecretUnavailableError when it cannot be). */
+    async secret(key: bigint) {
       const [row] = await selectSecret.execute(keyOf(key));
       return row && openSecret(row.secret, encryptionKeys, secretOf(key));
     },
-    async rotate(key, secret) {
+    /** The new key (`secret`, or a new one) signs from now on; the old one too, for the grace. */
+    async rotate(key: bigint, secret?: string) {
       const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(key));
       return (await rotation.execute({ ...keyOf(key), secret: sealed })).length > 0;
     },
-    async attempts(key, { before, limit, succeeded }) {
+    /**
+     * Up to `limit` attempts older than `before` (a key), newest first; only those that succeeded
+     * or failed when `succeeded` is given. Undefined when there is no such endpoint.
+     */
+    async attempts(
+      key: bigint,
+      query: { before: bigint; limit: number; succeeded?: boolean | undefined },
+    ) {
       const rows = await attemptPage.execute({
         ...keyOf(key),
-        before: (before > INT64_MAX ? INT64_MAX : before).toString(),
-        limit,
-        succeeded: succeeded ?? null,
+        before: (query.before > INT64_MAX ? INT64_MAX : query.before).toString(),
+        limit: query.limit,
+        succeeded: query.succeeded ?? null,
       });
       if (rows.length === 0) return undefined;
       return rows.filter((row) => row.id !== null);
     },
-    async recover(key, since) {
+    /**
+     * Makes every delivery of the endpoint that failed at or after `since` due again, as new:
+     * how many; undefined when there is no such endpoint, 'disabled' when it is disabled.
+     */
+    async recover(key: bigint, since: string) {
       const [row] = await recovery.execute({ ...keyOf(key), since });
       if (!row) return undefined;
-      return row.disabled ? 'disabled' : row.recovering;
+      return row.disabled ? ('disabled' as const) : row.recovering;
     },
   };
 }

@@ -7,7 +7,6 @@ import { describeFailure, nextStep } from './schedule.js';
 import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
 import { webhookId } from './signature.js';
 import {
-  attemptRecord,
   type ClaimedDelivery,
   createOutbox,
   createOutcomeStatements,
@@ -17,40 +16,23 @@ import {
   type Outbox,
   type Outcome,
   type OutcomeStatements,
+  plantIdOf,
   type Upkeep,
 } from './statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
 
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
-/** A woken fan-out looks this many positions before the last event taken (see createFanOutLoop). */
+/**
+ * A woken fan-out looks at events recorded after the last one taken, less this many: it does
+ * not walk the index entries of the events already gone (until a vacuum), and still finds
+ * events whose statements committed out of order. Anything older is the poll's.
+ */
 const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
 
-export interface Dispatcher {
-  /**
-   * Fans out the events recorded so far and attempts their deliveries at once: for a process
-   * that has just recorded some. Nothing depends on it: the poll fans out every event too.
-   */
-  wake(): void;
-  /**
-   * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
-   * claim still running) is given back and claimed again as it now is, before the answer; other
-   * processes' attempts start within EngineTiming.startWindowMs of a claim, which reads the row.
-   */
-  endpointChanged(key: string): void;
-  /** Starts looking for events and due deliveries: retries, and what other processes left. */
-  start(): void;
-  /**
-   * Stops claiming, gives back the claims of deliveries not yet attempted, lets attempts in
-   * flight finish for up to `waitMs` (then abandons them and gives their claims back too), and
-   * records every outcome.
-   */
-  stop(waitMs: number): Promise<void>;
-  /** Attempts in flight and deliveries waiting for one, over every lane. */
-  stats(): { inFlight: number; queued: number };
-}
+export type Dispatcher = ReturnType<typeof createDispatcher>;
 
 export interface DispatcherOptions {
   db: Database;
@@ -59,7 +41,6 @@ export interface DispatcherOptions {
   metrics?: WebhookMetrics;
   /** The statements; made from `db` unless given. */
   outbox?: Outbox;
-  outcomes?: OutcomeStatements;
   upkeep?: Upkeep;
   /** Timings other than production's (tests). */
   timing?: Partial<EngineTiming> | undefined;
@@ -75,19 +56,19 @@ export interface DispatcherOptions {
  * `concurrency` attempts per subscriber are in flight, over keep-alive connections; a slow or
  * dead receiver holds only its own lane's slots.
  */
-export function createDispatcher(options: DispatcherOptions): Dispatcher {
+export function createDispatcher(options: DispatcherOptions) {
   const { config, logger, metrics } = options;
   const timing = { ...ENGINE_TIMING, ...options.timing };
   const leaseMs = leaseMsFor(config.timeoutMs, timing);
   const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const recorder = createRecorder(
-    options.outcomes ?? createOutcomeStatements(options.db, config),
+    createOutcomeStatements(options.db, config),
     logger,
     disabledByReceivers,
     timing.recordIntervalMs,
   );
-  const record = recorder.record;
+  const { record } = recorder;
   const makeLanes = createLanes({ ...config, connectionIdleMs: timing.connectionIdleMs });
   let running = false;
   let stopping = false;
@@ -98,7 +79,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let pollTimer: NodeJS.Timeout | undefined;
   let lastSweep = performance.now();
 
-  /** One lane per endpoint, by its row key. */
   const lanes = new Map<string, Lane>();
 
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
@@ -162,15 +142,21 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
     const logged = {
-      record: attemptRecord(lane.endpoint, delivery, result, step, { startedAt, durationMs }),
+      record: {
+        endpoint: lane.endpoint,
+        eventId: delivery.eventId,
+        plantId: plantIdOf(delivery.body),
+        succeeded: failure === undefined,
+        status: result.kind === 'answered' ? result.status : undefined,
+        error: failure?.status === undefined ? failure?.error : undefined,
+        durationMs,
+        attemptedAtMs: startedAt,
+        gone: step.kind === 'gone',
+      },
     };
     if (failure === undefined) {
       record({ kind: 'delivered', id: delivery.id, ...logged });
-      const lagMs =
-        delivery.createdAtMs === undefined
-          ? performance.now() - delivery.claimedAt
-          : Date.now() - delivery.createdAtMs;
-      metrics?.observeDelivery('delivered', lagMs / 1000);
+      metrics?.observeDelivery('delivered', (Date.now() - delivery.createdAtMs) / 1000);
       return;
     }
     const context = {
@@ -291,13 +277,36 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     for (const lane of touched) pump(lane);
   }
 
-  const fanOuts = createFanOutLoop(outbox, {
-    limit: FAN_OUT_LIMIT,
-    margin: FAN_OUT_MARGIN,
-    active: () => running && !stopping,
-    take: enqueue,
-    logger,
-  });
+  let fanningOut: Promise<void> | undefined;
+  /** A fan-out asked for while one ran: from where it looks. */
+  let fanOutAgain: bigint | undefined;
+  let lastTaken = 0n;
+
+  /** Fans out the events above `after`, one statement at a time; asked again meanwhile, after it. */
+  function fanOut(after: bigint): void {
+    if (!running || stopping) return;
+    if (fanningOut) {
+      if (fanOutAgain === undefined || after < fanOutAgain) fanOutAgain = after;
+      return;
+    }
+    fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
+      ({ events, last, deliveries }) => {
+        enqueue(deliveries);
+        if (last !== undefined && last > lastTaken) lastTaken = last;
+        // More may wait right after the last one taken.
+        if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
+      },
+      (error) => {
+        logger.warn({ err: error }, 'webhook events not fanned out');
+      },
+    );
+    void fanningOut.finally(() => {
+      fanningOut = undefined;
+      const from = fanOutAgain;
+      fanOutAgain = undefined;
+      if (from !== undefined) fanOut(from);
+    });
+  }
 
   /** Closes the lanes of endpoints that had nothing to do for a while (or were deleted). */
   function closeIdleLanes(now: number): void {
@@ -332,7 +341,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function poll(): void {
     const now = performance.now();
     for (const [key, at] of changedAt) if (now - at > leaseMs) changedAt.delete(key);
-    fanOuts.fanOut(0n);
+    fanOut(0n);
     claimForEndpoints();
     declareAgain(now);
     closeIdleLanes(now);
@@ -341,9 +350,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     pollTimer.unref();
   }
 
+  const count = (of: (lane: Lane) => number) =>
+    [...lanes.values()].reduce((n, lane) => n + of(lane), 0);
+  const inFlight = () => count((lane) => lane.inFlight.size);
+
   return {
-    wake: fanOuts.recent,
-    endpointChanged(key) {
+    /**
+     * Fans out the events recorded so far and attempts their deliveries at once: for a process
+     * that has just recorded some. Nothing depends on it: the poll fans out every event too.
+     */
+    wake: () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n),
+    /**
+     * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
+     * claim still running) is given back and claimed again as it now is, before the answer; other
+     * processes' attempts start within EngineTiming.startWindowMs of a claim, which reads the row.
+     */
+    endpointChanged(key: string): void {
       changedAt.set(key, performance.now());
       const lane = lanes.get(key);
       const queued = lane ? lane.queue.splice(0) : [];
@@ -352,21 +374,26 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // deliveries included).
       void recorder.flush().then(() => (lane ? claim(lane) : claimForEndpoints()));
     },
-    start() {
+    /** Starts looking for events and due deliveries: retries, and what other processes left. */
+    start(): void {
       if (running) return;
       running = true;
       poll();
     },
-    async stop(waitMs) {
+    /**
+     * Stops claiming, gives back the claims of deliveries not yet attempted, lets attempts in
+     * flight finish for up to `waitMs` (then abandons them and gives their claims back too), and
+     * records every outcome.
+     */
+    async stop(waitMs: number): Promise<void> {
       stopping = true;
       clearTimeout(pollTimer);
       // Its deliveries are claimed: they reach the lanes, and are given back below.
-      await fanOuts.settled();
+      await fanningOut;
       for (const lane of lanes.values()) {
         clearTimeout(lane.wakeTimer);
         for (const delivery of lane.queue.splice(0)) release(delivery);
       }
-      const inFlight = () => [...lanes.values()].reduce((n, lane) => n + lane.inFlight.size, 0);
       const deadline = performance.now() + waitMs;
       while (inFlight() > 0 && performance.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 20));
@@ -380,98 +407,23 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       await recorder.flush();
       await Promise.all([...lanes.values()].map((lane) => lane.pool.destroy()));
     },
-    stats() {
-      let inFlight = 0;
-      let queued = 0;
-      for (const lane of lanes.values()) {
-        inFlight += lane.inFlight.size;
-        queued += lane.queue.length;
-      }
-      return { inFlight, queued };
-    },
-  };
-}
-
-export interface FanOutLoopOptions {
-  /** Events one fan-out takes at most; when it takes that many, another follows at once. */
-  limit: number;
-  /**
-   * A woken fan-out looks at events recorded after the last one taken, less this many: it does
-   * not walk the index entries of the events already gone (until a vacuum), and still finds
-   * events whose statements committed out of order. Anything older is the poll's.
-   */
-  margin: bigint;
-  /** False once the dispatcher stops: no fan-out starts. */
-  active: () => boolean;
-  /** Takes the deliveries a fan-out wrote, born claimed by this process. */
-  take: (deliveries: ClaimedDelivery[]) => void;
-  logger: FastifyBaseLogger;
-}
-
-/** Runs fan-outs one statement at a time; one asked for meanwhile runs after it. */
-export function createFanOutLoop(outbox: Outbox, options: FanOutLoopOptions) {
-  let running: Promise<void> | undefined;
-  /** A fan-out asked for while one ran: from where it looks. */
-  let again: bigint | undefined;
-  let lastTaken = 0n;
-
-  /** Fans out the events above `after`; asked again meanwhile, from the lowest position asked. */
-  function fanOut(after: bigint): void {
-    if (!options.active()) return;
-    if (running) {
-      if (again === undefined || after < again) again = after;
-      return;
-    }
-    running = outbox.fanOut(options.limit, after).then(
-      ({ events, last, deliveries }) => {
-        options.take(deliveries);
-        if (last !== undefined && last > lastTaken) lastTaken = last;
-        // More may wait right after the last one taken.
-        if (events === options.limit && last !== undefined) fanOut(last);
-      },
-      (error) => {
-        options.logger.warn({ err: error }, 'webhook events not fanned out');
-      },
-    );
-    void running.finally(() => {
-      running = undefined;
-      const from = again;
-      again = undefined;
-      if (from !== undefined) fanOut(from);
-    });
-  }
-
-  return {
-    fanOut,
-    /** Fans out what was recorded lately: for a process that has just recorded events. */
-    recent: () => fanOut(lastTaken > options.margin ? lastTaken - options.margin : 0n),
-    /** Resolves when the fan-out running now (if any) has handed over its deliveries. */
-    settled: async () => {
-      await running;
-    },
+    stats: () => ({ inFlight: inFlight(), queued: count((lane) => lane.queue.length) }),
   };
 }
 
 const RECORD_BATCH_MAX = 5000;
 
-export interface Recorder {
-  /** Notes an outcome; a delivery's is written within the interval, others at once. */
-  record(outcome: Outcome): void;
-  /** Writes every outcome noted so far. */
-  flush(): Promise<void>;
-}
-
 /**
  * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
  * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
  */
-export function createRecorder(
+function createRecorder(
   statements: OutcomeStatements,
   logger: FastifyBaseLogger,
   onDisabled: (endpoints: DisabledEndpoint[]) => void,
   /** See EngineTiming.recordIntervalMs. */
   intervalMs: number,
-): Recorder {
+) {
   const unrecorded: Outcome[] = [];
   let recording: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
@@ -505,11 +457,11 @@ export function createRecorder(
 
   return {
     // A retry is written at once, so that it is due when a process wakes up for it.
-    record(outcome) {
+    record(outcome: Outcome): void {
       unrecorded.push(outcome);
       schedule(outcome.kind !== 'delivered');
     },
-    async flush() {
+    async flush(): Promise<void> {
       while (unrecorded.length > 0 || recording) await write();
     },
   };

@@ -15,11 +15,8 @@ function parse(prefix: string, id: string): bigint | undefined {
   return /^[0-9a-f]+$/.test(digits) ? BigInt(`0x${digits}`) : undefined;
 }
 
-export const ENDPOINT_ID_PREFIX = 'ep_';
-export const ATTEMPT_ID_PREFIX = 'att_';
-
-export const endpointIdOf = (key: bigint | string) => format(ENDPOINT_ID_PREFIX, key);
-export const attemptIdOf = (key: bigint | string) => format(ATTEMPT_ID_PREFIX, key);
+export const endpointIdOf = (key: bigint | string) => format('ep_', key);
+export const attemptIdOf = (key: bigint | string) => format('att_', key);
 /** The row key of an endpoint id; undefined when it is not one. */
-export const endpointKeyOf = (id: string) => parse(ENDPOINT_ID_PREFIX, id);
-export const attemptKeyOf = (id: string) => parse(ATTEMPT_ID_PREFIX, id);
+export const endpointKeyOf = (id: string) => parse('ep_', id);
+export const attemptKeyOf = (id: string) => parse('att_', id);

@@ -2,13 +2,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { AttemptResult } from './sending.js';
 import type { OutboxStats } from './statements.js';
 
-export interface WebhookMetrics {
-  observeAttempt(result: AttemptResult): void;
-  /** A delivery ended: delivered, failed after its last attempt, or gone (410). */
-  observeDelivery(outcome: 'delivered' | 'failed' | 'gone', lagSeconds?: number): void;
-  /** An endpoint was disabled by what its receiver did: a 410, or failing too long. */
-  observeEndpointDisabled(reason: 'gone' | 'failing'): void;
-}
+export type WebhookMetrics = ReturnType<typeof createWebhookMetrics>;
 
 /** A scrape reads the outbox at most this often; scrapes in between get the last figures. */
 const STATS_MAX_AGE_MS = 2000;
@@ -21,10 +15,7 @@ function resultLabel(result: AttemptResult): string {
 }
 
 /** The webhook's metrics, on the service's registry. */
-export function createWebhookMetrics(
-  registry: Registry,
-  readStats: () => Promise<OutboxStats>,
-): WebhookMetrics {
+export function createWebhookMetrics(registry: Registry, readStats: () => Promise<OutboxStats>) {
   const attempts = new Counter({
     name: 'plant_store_webhook_attempts_total',
     help: 'Delivery attempts made by this process, by result (2xx, 3xx, 4xx, 5xx, timeout, unreachable)',
@@ -90,7 +81,7 @@ export function createWebhookMetrics(
   // Label lookups cost more than the increments: keep one child per label.
   const attemptsBy = new Map<string, Counter.Internal>();
   return {
-    observeAttempt(result) {
+    observeAttempt(result: AttemptResult): void {
       const label = resultLabel(result);
       let child = attemptsBy.get(label);
       if (!child) {
@@ -99,11 +90,13 @@ export function createWebhookMetrics(
       }
       child.inc();
     },
-    observeDelivery(outcome, lagSeconds) {
+    /** A delivery ended: delivered, failed after its last attempt, or gone (410). */
+    observeDelivery(outcome: 'delivered' | 'failed' | 'gone', lagSeconds?: number): void {
       deliveries.labels({ outcome }).inc();
       if (outcome === 'delivered' && lagSeconds !== undefined) lag.observe(lagSeconds);
     },
-    observeEndpointDisabled(reason) {
+    /** An endpoint was disabled by what its receiver did: a 410, or failing too long. */
+    observeEndpointDisabled(reason: 'gone' | 'failing'): void {
       disabled.labels({ reason }).inc();
     },
   };

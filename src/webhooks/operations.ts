@@ -1,6 +1,7 @@
-import { Type } from '@sinclair/typebox';
+import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifySchema } from 'fastify';
 import { errorResponse } from '../http/errors.js';
+import type { Example } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
 import {
   commonErrorExamples,
@@ -24,19 +25,57 @@ import {
 
 export const TAG = 'webhook endpoints';
 
-/** The schema of an operation of this API. */
-const operation = <Schema extends FastifySchema>(schema: Schema) => ({
-  tags: [TAG],
-  security: [{ adminBearer: [] }],
-  ...schema,
-});
+/** A response: its schema (an error's description for an error) and its examples. */
+type Answer = [schema: object | string, examples?: Record<string, Example>];
+
+/**
+ * The schema of an operation of this API: its own responses, beside those every operation can
+ * answer, each with its examples.
+ */
+const operation = <Schema extends FastifySchema>({
+  request,
+  answers,
+  ...schema
+}: Schema & { request?: Record<string, Example>; answers: Record<number, Answer> }) => {
+  const response: Record<string, unknown> = {};
+  const responses: Record<string, Record<string, Example>> = {};
+  for (const [status, [answer, named]] of Object.entries(answers)) {
+    response[status] = typeof answer === 'string' ? errorResponse(answer) : answer;
+    if (named) responses[status] = named;
+  }
+  return {
+    tags: [TAG],
+    security: [{ adminBearer: [] }],
+    ...schema,
+    response: { ...commonErrors, ...response } as Record<number, unknown>,
+    'x-examples': {
+      ...(request && { request }),
+      responses: { ...commonErrorExamples, ...responses },
+    },
+  };
+};
+
+/** A page of `items`, and the `Link` to the one after it. */
+const page = (items: TSchema, description: string, next: string) =>
+  Type.Array(refTo(items), {
+    description,
+    headers: {
+      link: Type.String({
+        description: `When the page is full: the next page, \`<${next}>; rel="next"\` (RFC 8288)`,
+      }),
+    },
+  });
 
 const idParams = { params: EndpointIdParamsSchema };
-const missing = { 404: errorResponse('No endpoint has this id (or it was deleted)') };
-const missingExample = { 404: errors.notFound };
+const missing: Answer = ['No endpoint has this id (or it was deleted)', errors.notFound];
 /** The changes that a configured endpoint (WEBHOOK_URLS) refuses. */
-const readOnly = { 409: errorResponse('The endpoint is declared by WEBHOOK_URLS: read-only') };
-const readOnlyExample = { 409: errors.configured };
+const readOnly: Answer = ['The endpoint is declared by WEBHOOK_URLS: read-only', errors.configured];
+const tooLarge: Answer = ['The body is larger than the limit', { tooLarge: errors.tooLarge }];
+const notJson: Answer = ['The content type is not application/json', { notJson: errors.notJson }];
+const badPage: Answer = [
+  'A query parameter is malformed, out of range or given twice',
+  errors.invalidPage,
+];
 
 /** Each operation of the management API: what validates it, and what documents it. */
 export const operations = {
@@ -46,26 +85,19 @@ export const operations = {
     description:
       'Every plant committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.',
     body: refTo(NewEndpointSchema),
-    response: {
-      201: {
-        ...refTo(EndpointSchema),
-        description: 'The endpoint, without its secret',
-        headers: { location: Type.String({ description: 'The endpoint’s path' }) },
-      },
-      400: errorResponse('The body is not a valid NewEndpoint or not valid JSON'),
-      413: errorResponse('The body is larger than the limit'),
-      415: errorResponse('The content type is not application/json'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      request: examples.newEndpoint,
-      responses: {
-        201: examples.endpoint,
-        400: errors.invalidBody,
-        413: { tooLarge: errors.tooLarge },
-        415: { notJson: errors.notJson },
-        ...commonErrorExamples,
-      },
+    request: examples.newEndpoint,
+    answers: {
+      201: [
+        {
+          ...refTo(EndpointSchema),
+          description: 'The endpoint, without its secret',
+          headers: { location: Type.String({ description: 'The endpoint’s path' }) },
+        },
+        examples.endpoint,
+      ],
+      400: ['The body is not a valid NewEndpoint or not valid JSON', errors.invalidBody],
+      413: tooLarge,
+      415: notJson,
     },
   }),
   listWebhookEndpoints: operation({
@@ -74,21 +106,16 @@ export const operations = {
     description:
       'Endpoints in ascending id order, at most `limit`. When the page is full, `Link` gives the next one (`after` = the last id of this one).',
     querystring: EndpointPageQuerySchema,
-    response: {
-      200: Type.Array(refTo(EndpointSchema), {
-        description: 'Endpoints in ascending id order',
-        headers: {
-          link: Type.String({
-            description:
-              'When the page is full: the next page, `</webhooks/endpoints?limit=..&after=..>; rel="next"` (RFC 8288)',
-          }),
-        },
-      }),
-      400: errorResponse('A query parameter is malformed, out of range or given twice'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      responses: { 200: examples.page, 400: errors.invalidPage, ...commonErrorExamples },
+    answers: {
+      200: [
+        page(
+          EndpointSchema,
+          'Endpoints in ascending id order',
+          '/webhooks/endpoints?limit=..&after=..',
+        ),
+        examples.page,
+      ],
+      400: badPage,
     },
   }),
   getWebhookEndpoint: operation({
@@ -96,13 +123,12 @@ export const operations = {
     summary: 'Read one endpoint',
     description: 'The endpoint with this id, as made or last changed, without its signing secret.',
     ...idParams,
-    response: {
-      200: { ...refTo(EndpointSchema), description: 'The endpoint, without its secret' },
-      ...missing,
-      ...commonErrors,
-    },
-    'x-examples': {
-      responses: { 200: examples.endpoint, ...missingExample, ...commonErrorExamples },
+    answers: {
+      200: [
+        { ...refTo(EndpointSchema), description: 'The endpoint, without its secret' },
+        examples.endpoint,
+      ],
+      404: missing,
     },
   }),
   updateWebhookEndpoint: operation({
@@ -113,26 +139,17 @@ export const operations = {
     ...idParams,
     body: refTo(EndpointPatchSchema),
     consumes: ['application/merge-patch+json', 'application/json'],
-    response: {
-      200: { ...refTo(EndpointSchema), description: 'The endpoint, as changed' },
-      400: errorResponse('The body is not a valid merge patch or not valid JSON'),
-      ...missing,
-      ...readOnly,
-      413: errorResponse('The body is larger than the limit'),
-      415: errorResponse('The content type is not a JSON one'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      request: examples.patch,
-      responses: {
-        200: examples.patched,
-        400: errors.invalidPatch,
-        ...missingExample,
-        ...readOnlyExample,
-        413: { tooLarge: errors.tooLarge },
-        415: { notJson: errors.notMergePatch },
-        ...commonErrorExamples,
-      },
+    request: examples.patch,
+    answers: {
+      200: [
+        { ...refTo(EndpointSchema), description: 'The endpoint, as changed' },
+        examples.patched,
+      ],
+      400: ['The body is not a valid merge patch or not valid JSON', errors.invalidPatch],
+      404: missing,
+      409: readOnly,
+      413: tooLarge,
+      415: ['The content type is not a JSON one', { notJson: errors.notMergePatch }],
     },
   }),
   deleteWebhookEndpoint: operation({
@@ -141,20 +158,11 @@ export const operations = {
     description:
       'It receives nothing more: no new attempt starts after the answer, its pending deliveries and its attempt log go.',
     ...idParams,
-    response: {
-      204: Type.Null({ description: 'Deleted' }),
-      ...missing,
-      ...readOnly,
-      413: errorResponse('The body (which is ignored) is larger than the limit'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      responses: {
-        ...missingExample,
-        ...readOnlyExample,
-        413: { tooLarge: errors.tooLarge },
-        ...commonErrorExamples,
-      },
+    answers: {
+      204: [Type.Null({ description: 'Deleted' })],
+      404: missing,
+      409: readOnly,
+      413: ['The body (which is ignored) is larger than the limit', { tooLarge: errors.tooLarge }],
     },
   }),
   getWebhookEndpointSecret: operation({
@@ -163,20 +171,11 @@ export const operations = {
     description:
       'The key that signs its deliveries now (`webhook-signature`), for the receiver’s verification.',
     ...idParams,
-    response: {
-      200: { ...refTo(SigningKeySchema), description: 'The current key' },
-      ...missing,
-      ...readOnly,
-      ...commonErrors,
-    },
-    'x-examples': {
-      responses: {
-        200: examples.secret,
-        ...missingExample,
-        ...readOnlyExample,
-        ...commonErrorExamples,
-        500: { ...commonErrorExamples?.[500], ...errors.secretUnavailable },
-      },
+    answers: {
+      200: [{ ...refTo(SigningKeySchema), description: 'The current key' }, examples.secret],
+      404: missing,
+      409: readOnly,
+      500: [commonErrors[500], { ...commonErrorExamples?.[500], ...errors.secretUnavailable }],
     },
   }),
   rotateWebhookEndpointSecret: operation({
@@ -187,25 +186,14 @@ export const operations = {
     ...idParams,
     body: RotationSchema,
     'x-body-optional': true,
-    response: {
-      204: Type.Null({ description: 'Rotated: read the new key at `/secret`' }),
-      400: errorResponse('`key` is not a whsec_ key of 24 to 64 bytes, or not valid JSON'),
-      ...missing,
-      ...readOnly,
-      413: errorResponse('The body is larger than the limit'),
-      415: errorResponse('The content type is not application/json'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      request: examples.rotation,
-      responses: {
-        400: errors.invalidKey,
-        ...missingExample,
-        ...readOnlyExample,
-        413: { tooLarge: errors.tooLarge },
-        415: { notJson: errors.notJson },
-        ...commonErrorExamples,
-      },
+    request: examples.rotation,
+    answers: {
+      204: [Type.Null({ description: 'Rotated: read the new key at `/secret`' })],
+      400: ['`key` is not a whsec_ key of 24 to 64 bytes, or not valid JSON', errors.invalidKey],
+      404: missing,
+      409: readOnly,
+      413: tooLarge,
+      415: notJson,
     },
   }),
   listWebhookEndpointAttempts: operation({
@@ -215,27 +203,13 @@ export const operations = {
       'At most `limit` attempts, newest first, kept for `WEBHOOK_LOG_RETENTION_S`. When the page is full, `Link` gives the next (older) one.',
     ...idParams,
     querystring: AttemptPageQuerySchema,
-    response: {
-      200: Type.Array(refTo(AttemptSchema), {
-        description: 'Attempts, newest first',
-        headers: {
-          link: Type.String({
-            description:
-              'When the page is full: the next page, `<.../attempts?limit=..&after=..[&status=..]>; rel="next"` (RFC 8288)',
-          }),
-        },
-      }),
-      400: errorResponse('A query parameter is malformed, out of range or given twice'),
-      ...missing,
-      ...commonErrors,
-    },
-    'x-examples': {
-      responses: {
-        200: examples.attempts,
-        400: errors.invalidPage,
-        ...missingExample,
-        ...commonErrorExamples,
-      },
+    answers: {
+      200: [
+        page(AttemptSchema, 'Attempts, newest first', '.../attempts?limit=..&after=..[&status=..]'),
+        examples.attempts,
+      ],
+      400: badPage,
+      404: missing,
     },
   }),
   recoverWebhookEndpoint: operation({
@@ -245,26 +219,17 @@ export const operations = {
       'Every event of this endpoint whose delivery ended failed at or after `since` is delivered again, with the same `webhook-id`, in the background.',
     ...idParams,
     body: RecoverSchema,
-    response: {
-      202: { ...RecoveringSchema, description: 'The deliveries are due again' },
-      400: errorResponse('`since` is not an RFC 3339 date-time, or the body is not JSON'),
-      ...missing,
-      409: errorResponse('The endpoint is disabled: enable it first'),
-      413: errorResponse('The body is larger than the limit'),
-      415: errorResponse('The content type is not application/json'),
-      ...commonErrors,
-    },
-    'x-examples': {
-      request: examples.recover,
-      responses: {
-        202: examples.recovering,
-        400: errors.invalidSince,
-        ...missingExample,
-        409: errors.disabled,
-        413: { tooLarge: errors.tooLarge },
-        415: { notJson: errors.notJson },
-        ...commonErrorExamples,
-      },
+    request: examples.recover,
+    answers: {
+      202: [
+        { ...RecoveringSchema, description: 'The deliveries are due again' },
+        examples.recovering,
+      ],
+      400: ['`since` is not an RFC 3339 date-time, or the body is not JSON', errors.invalidSince],
+      404: missing,
+      409: ['The endpoint is disabled: enable it first', errors.disabled],
+      413: tooLarge,
+      415: notJson,
     },
   }),
 };

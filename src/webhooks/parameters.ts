@@ -3,12 +3,7 @@ import { HttpError } from '../http/errors.js';
 import { parseLimit, queryStringOf, readQueryParameters } from '../http/query.js';
 import { INT64_MAX } from '../kinds.js';
 import { attemptKeyOf, endpointKeyOf } from './ids.js';
-import {
-  ATTEMPT_PAGE_LIMIT_DEFAULT,
-  ATTEMPT_PAGE_LIMIT_MAX,
-  ENDPOINT_PAGE_LIMIT_DEFAULT,
-  ENDPOINT_PAGE_LIMIT_MAX,
-} from './schemas.js';
+import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */
 
@@ -34,7 +29,17 @@ export async function bodyOrEmpty(request: FastifyRequest): Promise<void> {
   request.body ??= {};
 }
 
-export function readEndpointPage(request: FastifyRequest): void {
+/** The query of a page, once its other parameters are checked: `limit` read, the rest as given. */
+function pageQuery(limit: string | undefined, others: Record<string, string | undefined>) {
+  return {
+    ...(limit !== undefined && {
+      limit: parseLimit(limit, PAGE_LIMIT_MAX, PAGE_LIMIT_DEFAULT, 'querystring/limit'),
+    }),
+    ...Object.fromEntries(Object.entries(others).filter(([, value]) => value !== undefined)),
+  };
+}
+
+export async function readEndpointPage(request: FastifyRequest): Promise<void> {
   const { limit, after } = readQueryParameters(queryStringOf(request.url), ['limit', 'after']);
   if (after !== undefined && endpointKey(after) === undefined) {
     throw new HttpError(
@@ -42,20 +47,10 @@ export function readEndpointPage(request: FastifyRequest): void {
       'querystring/after must be an endpoint id, such as ep_0000000000000001',
     );
   }
-  request.query = {
-    ...(limit !== undefined && {
-      limit: parseLimit(
-        limit,
-        ENDPOINT_PAGE_LIMIT_MAX,
-        ENDPOINT_PAGE_LIMIT_DEFAULT,
-        'querystring/limit',
-      ),
-    }),
-    ...(after !== undefined && { after }),
-  };
+  request.query = pageQuery(limit, { after });
 }
 
-export function readAttemptPage(request: FastifyRequest): void {
+export async function readAttemptPage(request: FastifyRequest): Promise<void> {
   const query = queryStringOf(request.url);
   const { limit, after, status } = readQueryParameters(query, ['limit', 'after', 'status']);
   const afterKey = after === undefined ? undefined : attemptKeyOf(after);
@@ -68,16 +63,5 @@ export function readAttemptPage(request: FastifyRequest): void {
   if (status !== undefined && status !== 'succeeded' && status !== 'failed') {
     throw new HttpError(400, 'querystring/status must be succeeded or failed');
   }
-  request.query = {
-    ...(limit !== undefined && {
-      limit: parseLimit(
-        limit,
-        ATTEMPT_PAGE_LIMIT_MAX,
-        ATTEMPT_PAGE_LIMIT_DEFAULT,
-        'querystring/limit',
-      ),
-    }),
-    ...(after !== undefined && { after }),
-    ...(status !== undefined && { status }),
-  };
+  request.query = pageQuery(limit, { after, status });
 }

@@ -19,7 +19,7 @@ import {
   readEndpointId,
   readEndpointPage,
 } from './parameters.js';
-import { ATTEMPT_PAGE_LIMIT_DEFAULT, ENDPOINT_PAGE_LIMIT_DEFAULT } from './schemas.js';
+import { PAGE_LIMIT_DEFAULT } from './schemas.js';
 import { SecretUnavailableError } from './secrets.js';
 import { attemptsJson, endpointOf } from './serialize.js';
 
@@ -55,28 +55,19 @@ export async function endpointRoutes(
       ? new HttpError(409, CONFIGURED_MESSAGE)
       : notFound();
 
-  api.post(
-    BASE,
-    {
-      schema: operations.createWebhookEndpoint,
-    },
-    async (request, reply) => {
-      const { url, description = '', disabled = false, secret } = request.body;
-      const row = await answered(endpoints().create({ url, description, disabled, secret }));
-      changed(row.id);
-      const endpoint = endpointOf(row);
-      return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
-    },
-  );
+  api.post(BASE, { schema: operations.createWebhookEndpoint }, async (request, reply) => {
+    const { url, description = '', disabled = false, secret } = request.body;
+    const row = await answered(endpoints().create({ url, description, disabled, secret }));
+    changed(row.id);
+    const endpoint = endpointOf(row);
+    return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
+  });
 
   api.get(
     BASE,
-    {
-      schema: operations.listWebhookEndpoints,
-      preValidation: async (request) => readEndpointPage(request),
-    },
+    { schema: operations.listWebhookEndpoints, preValidation: readEndpointPage },
     async (request, reply) => {
-      const { limit = ENDPOINT_PAGE_LIMIT_DEFAULT, after } = request.query;
+      const { limit = PAGE_LIMIT_DEFAULT, after } = request.query;
       const rows = await answered(endpoints().list(after ? (endpointKey(after) ?? 0n) : 0n, limit));
       const last = rows.at(-1);
       if (last && rows.length === limit) {
@@ -88,10 +79,7 @@ export async function endpointRoutes(
 
   api.get(
     `${BASE}/:id`,
-    {
-      schema: operations.getWebhookEndpoint,
-      preValidation: readEndpointId,
-    },
+    { schema: operations.getWebhookEndpoint, preValidation: readEndpointId },
     async (request) => {
       const row = await answered(endpoints().get(keyOfRequest(request)));
       if (!row) throw notFound();
@@ -111,49 +99,44 @@ export async function endpointRoutes(
         undefined,
       ),
     );
-    scope.withTypeProvider<TypeBoxTypeProvider>().patch(
-      `${BASE}/:id`,
-      {
-        schema: operations.updateWebhookEndpoint,
-        preValidation: readEndpointId,
-      },
-      async (request) => {
-        const { url, description, disabled } = request.body;
-        const patch = { url, description: description === null ? '' : description, disabled };
-        const row = await answered(endpoints().patch(keyOfRequest(request), patch));
-        if (!row) throw await notChangeable(request);
-        changed(String(keyOfRequest(request)));
-        return endpointOf(row);
-      },
-    );
+    scope
+      .withTypeProvider<TypeBoxTypeProvider>()
+      .patch(
+        `${BASE}/:id`,
+        { schema: operations.updateWebhookEndpoint, preValidation: readEndpointId },
+        async (request) => {
+          const { url, description, disabled } = request.body;
+          const patch = { url, description: description === null ? '' : description, disabled };
+          const row = await answered(endpoints().patch(keyOfRequest(request), patch));
+          if (!row) throw await notChangeable(request);
+          changed(String(keyOfRequest(request)));
+          return endpointOf(row);
+        },
+      );
   });
 
   // A DELETE body means nothing (RFC 9110): whatever is sent, up to the body limit, is ignored.
   await app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null));
-    scope.withTypeProvider<TypeBoxTypeProvider>().delete(
-      `${BASE}/:id`,
-      {
-        schema: operations.deleteWebhookEndpoint,
-        preValidation: readEndpointId,
-      },
-      async (request, reply) => {
-        if (!(await answered(endpoints().delete(keyOfRequest(request))))) {
-          throw await notChangeable(request);
-        }
-        changed(String(keyOfRequest(request)));
-        return reply.code(204).send(null);
-      },
-    );
+    scope
+      .withTypeProvider<TypeBoxTypeProvider>()
+      .delete(
+        `${BASE}/:id`,
+        { schema: operations.deleteWebhookEndpoint, preValidation: readEndpointId },
+        async (request, reply) => {
+          if (!(await answered(endpoints().delete(keyOfRequest(request))))) {
+            throw await notChangeable(request);
+          }
+          changed(String(keyOfRequest(request)));
+          return reply.code(204).send(null);
+        },
+      );
   });
 
   api.get(
     `${BASE}/:id/secret`,
-    {
-      schema: operations.getWebhookEndpointSecret,
-      preValidation: readEndpointId,
-    },
+    { schema: operations.getWebhookEndpointSecret, preValidation: readEndpointId },
     async (request, reply) => {
       let key: string | undefined;
       try {
@@ -186,10 +169,10 @@ export async function endpointRoutes(
     `${BASE}/:id/attempts`,
     {
       schema: operations.listWebhookEndpointAttempts,
-      preValidation: [readEndpointId, async (request) => readAttemptPage(request)],
+      preValidation: [readEndpointId, readAttemptPage],
     },
     async (request, reply) => {
-      const { limit = ATTEMPT_PAGE_LIMIT_DEFAULT, after, status } = request.query;
+      const { limit = PAGE_LIMIT_DEFAULT, after, status } = request.query;
       const rows = await answered(
         endpoints().attempts(keyOfRequest(request), {
           before: after === undefined ? INT64_MAX : (attemptKeyOf(after) ?? INT64_MAX),
@@ -210,10 +193,7 @@ export async function endpointRoutes(
 
   api.post(
     `${BASE}/:id/recover`,
-    {
-      schema: operations.recoverWebhookEndpoint,
-      preValidation: readEndpointId,
-    },
+    { schema: operations.recoverWebhookEndpoint, preValidation: readEndpointId },
     async (request, reply) => {
       const { since } = request.body;
       const recovered = await answered(

@@ -4,10 +4,9 @@ import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.
 
 export const URL_MAX_LENGTH = 2048;
 export const DESCRIPTION_MAX_LENGTH = 1024;
-export const ENDPOINT_PAGE_LIMIT_MAX = 100;
-export const ENDPOINT_PAGE_LIMIT_DEFAULT = 50;
-export const ATTEMPT_PAGE_LIMIT_MAX = 100;
-export const ATTEMPT_PAGE_LIMIT_DEFAULT = 50;
+/** The size of a page of endpoints or of attempts. */
+export const PAGE_LIMIT_MAX = 100;
+export const PAGE_LIMIT_DEFAULT = 50;
 
 const URL_PROBLEM = `must be an absolute http or https URL of at most ${URL_MAX_LENGTH} characters, without user information`;
 
@@ -56,6 +55,14 @@ const SigningKey = (text: string) =>
     description: text,
   });
 
+/** A key that may be given, or is made at random. */
+const newKey = (what: string) =>
+  Type.Optional(
+    SigningKey(
+      `${what}, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
+    ),
+  );
+
 const ENDPOINT_ID_PATTERN = '^ep_[0-9a-f]{16}$';
 const dateTime = (text: string) => Type.String({ format: 'date-time', description: text });
 
@@ -99,15 +106,10 @@ export const NewEndpointSchema = Type.Object(
       Text({ ...description, description: `At most ${DESCRIPTION_MAX_LENGTH} characters; ""` }),
     ),
     disabled: Type.Optional(Type.Boolean({ description: 'Create it disabled; false' })),
-    secret: Type.Optional(
-      SigningKey(
-        `Its signing key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
-      ),
-    ),
+    secret: newKey('Its signing key'),
   },
   { $id: 'NewEndpoint', description: 'An endpoint to create. Unknown properties are ignored' },
 );
-export type NewEndpoint = Static<typeof NewEndpointSchema>;
 
 export const EndpointPatchSchema = Type.Object(
   {
@@ -135,7 +137,6 @@ export const EndpointPatchSchema = Type.Object(
       'A JSON merge patch (RFC 7396): the fields given replace the stored ones, the others stay. Unknown properties are ignored',
   },
 );
-export type EndpointPatch = Static<typeof EndpointPatchSchema>;
 
 export const SigningKeySchema = Type.Object(
   { key: SigningKey('The signing key: `whsec_` and the base64 of its bytes') },
@@ -144,11 +145,7 @@ export const SigningKeySchema = Type.Object(
 
 export const RotationSchema = Type.Object(
   {
-    key: Type.Optional(
-      SigningKey(
-        `The new key, \`whsec_\` and the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} bytes; a new random one when absent`,
-      ),
-    ),
+    key: newKey('The new key'),
   },
   { description: 'The key that signs from now on' },
 );
@@ -167,18 +164,14 @@ export function isRfc3339(text: string): boolean {
   // setUTCFullYear, not Date.UTC, which reads years below 100 as 19xx.
   const lastDay = new Date(0);
   lastDay.setUTCFullYear(year, month, 0);
-  const daysInMonth = lastDay.getUTCDate();
+  const highest = [12, lastDay.getUTCDate(), 23, 59, 60, 23, 59];
   return (
     year >= 1 &&
     month >= 1 &&
-    month <= 12 &&
     day >= 1 &&
-    day <= daysInMonth &&
-    hour <= 23 &&
-    minute <= 59 &&
-    second <= 60 &&
-    offsetHour <= 23 &&
-    offsetMinute <= 59
+    [month, day, hour, minute, second, offsetHour, offsetMinute].every(
+      (v, i) => v <= (highest[i] ?? 0),
+    )
   );
 }
 
@@ -254,16 +247,19 @@ export const EndpointIdParamsSchema = Type.Object({
   id: Type.String({ pattern: ENDPOINT_ID_PATTERN, description: 'The endpoint' }),
 });
 
-export const EndpointPageQuerySchema = Type.Object({
-  limit: Type.Optional(
+const pageLimit = (items: string) =>
+  Type.Optional(
     Type.Integer({
       format: 'int32',
       minimum: 1,
-      maximum: ENDPOINT_PAGE_LIMIT_MAX,
-      default: ENDPOINT_PAGE_LIMIT_DEFAULT,
-      description: 'The maximum number of endpoints to return',
+      maximum: PAGE_LIMIT_MAX,
+      default: PAGE_LIMIT_DEFAULT,
+      description: `The maximum number of ${items} to return`,
     }),
-  ),
+  );
+
+export const EndpointPageQuerySchema = Type.Object({
+  limit: pageLimit('endpoints'),
   after: Type.Optional(
     Type.String({
       pattern: ENDPOINT_ID_PATTERN,
@@ -273,15 +269,7 @@ export const EndpointPageQuerySchema = Type.Object({
 });
 
 export const AttemptPageQuerySchema = Type.Object({
-  limit: Type.Optional(
-    Type.Integer({
-      format: 'int32',
-      minimum: 1,
-      maximum: ATTEMPT_PAGE_LIMIT_MAX,
-      default: ATTEMPT_PAGE_LIMIT_DEFAULT,
-      description: 'The maximum number of attempts to return',
-    }),
-  ),
+  limit: pageLimit('attempts'),
   after: Type.Optional(
     Type.String({
       pattern: '^att_[0-9a-f]{16}$',

@@ -31,18 +31,6 @@ export type AttemptResult =
   /** No answer: the connection was refused, reset, or the name did not resolve. */
   | { kind: 'unreachable'; code: string };
 
-export interface AttemptOptions {
-  /** A keep-alive connection pool to the delivery's origin. */
-  client: Dispatcher;
-  /** Path and query of the delivery's URL. */
-  path: string;
-  /** The keys that sign it: one, or after a rotation the new and the old. */
-  keys: readonly KeyObject[];
-  timeoutMs: number;
-  /** Abandons the attempt (at shutdown). */
-  signal?: AbortSignal;
-}
-
 /** At most this much of an answer is read; the rest is not waited for. */
 const RESPONSE_READ_LIMIT = 4096;
 
@@ -66,9 +54,12 @@ const timeoutCodes = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOU
  * Written against undici's dispatch interface rather than request(), which would make a
  * stream of every answer: deliveries are as many as creates.
  */
-export function attemptDelivery(
-  delivery: Pick<ClaimedDelivery, 'eventId' | 'body'>,
-  { client, path, keys, timeoutMs, signal }: AttemptOptions,
+function attemptDelivery(
+  { pool, path }: { pool: Dispatcher; path: string },
+  keys: readonly KeyObject[],
+  delivery: ClaimedDelivery,
+  timeoutMs: number,
+  signal: AbortSignal,
 ): Promise<AttemptResult> {
   const id = webhookId(delivery.eventId);
   const timestamp = Math.floor(Date.now() / 1000);
@@ -81,7 +72,7 @@ export function attemptDelivery(
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      signal?.removeEventListener('abort', abandon);
+      signal.removeEventListener('abort', abandon);
       resolve(result);
     };
     const stop = (result: AttemptResult) => {
@@ -92,8 +83,8 @@ export function attemptDelivery(
     const expire = () => stop(answered ?? { kind: 'timeout' });
     const abandon = () => stop({ kind: 'timeout' });
     const timer = setTimeout(expire, timeoutMs);
-    signal?.addEventListener('abort', abandon, { once: true });
-    client.dispatch(
+    signal.addEventListener('abort', abandon, { once: true });
+    pool.dispatch(
       {
         method: 'POST',
         path,
@@ -147,28 +138,6 @@ export function attemptDelivery(
 // (it is not bundled), which a tracer this bundle made before the start would never reach.
 const tracer = () => trace.getTracer('plant-store');
 
-/** One attempt as a trace shows it. */
-export interface TracedAttempt {
-  /** What receiverSpanAttributes() says of its receiver. */
-  receiver: Attributes;
-  webhookId: string;
-  /** The attempt's number, from 1. */
-  attempt: number;
-  /** The W3C trace context recorded with its event, for the attempt that follows its fan-out. */
-  traceparent: string | undefined;
-}
-
-/** The attributes of every attempt to `url`; `receiver` is its origin and path, without the query. */
-export function receiverSpanAttributes(url: URL, receiver: string): Attributes {
-  return {
-    [ATTR_HTTP_REQUEST_METHOD]: 'POST',
-    [ATTR_SERVER_ADDRESS]: url.hostname,
-    [ATTR_SERVER_PORT]: Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
-    // A query string may carry a credential.
-    [ATTR_URL_FULL]: receiver,
-  };
-}
-
 const traceparentFormat = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 function spanContextOf(traceparent: string | undefined): SpanContext | undefined {
@@ -186,26 +155,34 @@ function failureOf(result: AttemptResult): string | undefined {
   return result.status >= 400 ? String(result.status) : undefined;
 }
 
-/** Runs an attempt in a span of its own, the child of the statement that recorded its event. */
-export async function attemptSpan(
-  attempt: TracedAttempt,
-  run: () => Promise<AttemptResult>,
+/**
+ * Attempts a delivery on its lane, or refuses it before connecting (see Lane.forbidden, keys);
+ * in a span of its own, the child of the statement that recorded its event.
+ */
+export async function sendOn(
+  lane: Lane,
+  delivery: ClaimedDelivery,
+  timeoutMs: number,
+  signal: AbortSignal,
 ): Promise<AttemptResult> {
-  const recorded = spanContextOf(attempt.traceparent);
+  if (lane.forbidden) return { kind: 'unreachable', code: 'EDESTINATIONNOTALLOWED' };
+  const { keys } = lane;
+  if (keys === 'unreadable') return { kind: 'unreachable', code: 'ESECRETUNAVAILABLE' };
+  const recorded = spanContextOf(delivery.traceparent);
   const span = tracer().startSpan(
     'POST',
     {
       kind: SpanKind.CLIENT,
       attributes: {
-        ...attempt.receiver,
-        ...(attempt.attempt > 1 && { [ATTR_HTTP_REQUEST_RESEND_COUNT]: attempt.attempt - 1 }),
-        'webhook.id': attempt.webhookId,
+        ...lane.receiverAttributes,
+        ...(delivery.attempt > 1 && { [ATTR_HTTP_REQUEST_RESEND_COUNT]: delivery.attempt - 1 }),
+        'webhook.id': webhookId(delivery.eventId),
       },
     },
     recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT,
   );
   // An attempt never rejects: its result says how it ended.
-  const result = await run();
+  const result = await attemptDelivery(lane, keys, delivery, timeoutMs, signal);
   if (result.kind === 'answered') span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, result.status);
   const failure = failureOf(result);
   if (failure !== undefined) {
@@ -216,38 +193,41 @@ export async function attemptSpan(
   return result;
 }
 
-/** One endpoint: its connections, its queue, its attempts. */
-export interface Lane {
-  /** The endpoint's row key. */
-  endpoint: string;
-  url: string;
-  /** Origin and path, for the log: a query string may carry a credential. */
-  receiver: string;
-  /** What the span of every attempt says of the receiver. */
-  receiverAttributes: Attributes;
-  path: string;
-  pool: Pool;
-  /** The keys that sign its deliveries (new, then old during a rotation), or why there are none. */
-  keys: readonly KeyObject[] | 'unreadable';
-  /** Its connections refuse private networks (see destination.ts). */
-  guarded: boolean;
-  /** The URL names a host that deliveries must not reach (checked before connecting). */
-  forbidden: boolean;
-  /** The sealed secrets `keys` were made from: they change only on a rotation. */
-  sealed: string;
-  /** The version of the endpoint the lane was last aimed with (see EndpointTarget). */
-  version: number;
-  queue: ClaimedDelivery[];
-  inFlight: Set<ClaimedDelivery>;
-  claiming: boolean;
-  claimAgain: boolean;
-  /** The last claim took all it asked for: more may be due. */
-  backlog: boolean;
-  wakeAt: number;
-  wakeTimer: NodeJS.Timeout | undefined;
-  /** performance.now() when it last had work: idle endpoint lanes are closed. */
-  lastBusy: number;
+/** One endpoint: its connections, its queue, its attempts; aimed by createLanes. */
+function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
+  return {
+    endpoint: target.key,
+    url: target.url,
+    /** Its connections refuse private networks (see destination.ts). */
+    guarded,
+    pool,
+    /** Origin and path, for the log: a query string may carry a credential. */
+    receiver: '',
+    /** What the span of every attempt says of the receiver. */
+    receiverAttributes: {} as Attributes,
+    path: '',
+    /** The keys that sign its deliveries (new, then old during a rotation), or why there are none. */
+    keys: 'unreadable' as readonly KeyObject[] | 'unreadable',
+    /** The URL names a host that deliveries must not reach (checked before connecting). */
+    forbidden: false,
+    /** The sealed secrets `keys` were made from: they change only on a rotation. */
+    sealed: '',
+    /** The version of the endpoint the lane was last aimed with (see EndpointTarget). */
+    version: 0,
+    queue: [] as ClaimedDelivery[],
+    inFlight: new Set<ClaimedDelivery>(),
+    claiming: false,
+    claimAgain: false,
+    /** The last claim took all it asked for: more may be due. */
+    backlog: false,
+    wakeAt: Number.POSITIVE_INFINITY,
+    wakeTimer: undefined as NodeJS.Timeout | undefined,
+    /** performance.now() when it last had work: idle endpoint lanes are closed. */
+    lastBusy: performance.now(),
+  };
 }
+
+export type Lane = ReturnType<typeof newLane>;
 
 export interface LaneOptions {
   timeoutMs: number;
@@ -288,57 +268,36 @@ export function createLanes(options: LaneOptions) {
   }
 
   /** Points the lane at `url`: a new pool when the origin changed. */
-  function aim(lane: Omit<Lane, 'pool'> & { pool?: Pool }, href: string, guarded: boolean): void {
+  function aim(lane: Lane, href: string, guarded: boolean): void {
     const url = new URL(href);
-    if (
-      lane.pool === undefined ||
-      new URL(lane.url).origin !== url.origin ||
-      lane.guarded !== guarded
-    ) {
+    if (new URL(lane.url).origin !== url.origin || lane.guarded !== guarded) {
       const old = lane.pool;
       lane.pool = poolFor(url, guarded);
       // Attempts in flight on the old pool finish there.
-      if (old) void old.close().catch(() => {});
+      void old.close().catch(() => {});
     }
     lane.url = href;
     lane.guarded = guarded;
     lane.receiver = `${url.origin}${url.pathname}`;
-    lane.receiverAttributes = receiverSpanAttributes(url, lane.receiver);
+    lane.receiverAttributes = {
+      [ATTR_HTTP_REQUEST_METHOD]: 'POST',
+      [ATTR_SERVER_ADDRESS]: url.hostname,
+      [ATTR_SERVER_PORT]: Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+      // A query string may carry a credential.
+      [ATTR_URL_FULL]: lane.receiver,
+    };
     lane.path = `${url.pathname}${url.search}`;
     lane.forbidden = guarded && forbiddenHost(url.hostname);
   }
 
-  function blank(endpoint: string, url: string) {
-    return {
-      endpoint,
-      guarded: false,
-      url,
-      receiver: '',
-      receiverAttributes: {},
-      path: '',
-      keys: 'unreadable' as const,
-      forbidden: false,
-      sealed: '',
-      version: 0,
-      queue: [],
-      inFlight: new Set<ClaimedDelivery>(),
-      claiming: false,
-      claimAgain: false,
-      backlog: false,
-      wakeAt: Number.POSITIVE_INFINITY,
-      wakeTimer: undefined,
-      lastBusy: performance.now(),
-    };
-  }
-
   return {
     /** An endpoint's lane, as `target` says it is now. */
-    lane(target: EndpointTarget): Lane {
-      const lane: Omit<Lane, 'pool'> & { pool?: Pool } = blank(target.key, target.url);
-      aim(lane, target.url, guardedFor(target));
-      const made = lane as Lane;
-      this.retarget(made, target);
-      return made;
+    lane(target: EndpointTarget) {
+      const guarded = guardedFor(target);
+      const lane = newLane(target, guarded, poolFor(new URL(target.url), guarded));
+      aim(lane, target.url, guarded);
+      this.retarget(lane, target);
+      return lane;
     },
     /** Brings an endpoint's lane up to date with what a claim read of it. */
     retarget(lane: Lane, target: EndpointTarget): void {
@@ -368,32 +327,4 @@ export function createLanes(options: LaneOptions) {
       lane.keys = previous === undefined ? [current] : [current, previous];
     },
   };
-}
-
-export type Lanes = ReturnType<typeof createLanes>;
-
-/** Attempts a delivery on its lane, or refuses it before connecting (see Lane.forbidden, keys). */
-export function sendOn(
-  lane: Lane,
-  delivery: ClaimedDelivery,
-  timeoutMs: number,
-  signal: AbortSignal,
-): Promise<AttemptResult> {
-  if (lane.forbidden) {
-    return Promise.resolve({ kind: 'unreachable', code: 'EDESTINATIONNOTALLOWED' });
-  }
-  if (lane.keys === 'unreadable') {
-    return Promise.resolve({ kind: 'unreachable', code: 'ESECRETUNAVAILABLE' });
-  }
-  const keys = lane.keys;
-  return attemptSpan(
-    {
-      receiver: lane.receiverAttributes,
-      webhookId: webhookId(delivery.eventId),
-      attempt: delivery.attempt,
-      traceparent: delivery.traceparent,
-    },
-    () =>
-      attemptDelivery(delivery, { client: lane.pool, path: lane.path, keys, timeoutMs, signal }),
-  );
 }

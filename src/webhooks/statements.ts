@@ -1,49 +1,12 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { missedLog, NEXT_ENDPOINT, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
-import { describeFailure, type NextStep } from './schedule.js';
-import type { AttemptResult } from './sending.js';
-
-/** What the dispatcher's statements need to know. */
-export interface OutboxOptions {
-  /** How long a process holds the deliveries it claims before any process may claim them. */
-  leaseMs: number;
-}
+import { givenUp, missedLog, NEXT_ENDPOINT, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
-export interface EndpointTarget {
-  /** The endpoint's row key, in decimal. */
-  key: string;
-  url: string;
-  /** The signing key, sealed (see secrets.ts). */
-  secret: string;
-  /** The key before the last rotation, sealed, while it still signs. */
-  previousSecret: string | undefined;
-  /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
-  version: number;
-  /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
-  configured: boolean;
-}
-
+export type EndpointTarget = ClaimedDelivery['endpoint'];
 /** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
-export interface ClaimedDelivery {
-  id: string;
-  /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
-  eventId: string;
-  /** The endpoint, as it was when the delivery was claimed. */
-  endpoint: EndpointTarget;
-  /** The exact bytes to sign and send. */
-  body: string;
-  /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
-  attempt: number;
-  /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
-  claimedAt: number;
-  /** When the event was recorded (ms since the epoch). */
-  createdAtMs: number;
-  /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
-  traceparent?: string | undefined;
-}
+export type ClaimedDelivery = ReturnType<typeof deliveryOf>;
 
 export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
@@ -82,57 +45,42 @@ const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   return {
     id: row.id,
+    /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
     eventId: row.event_id,
+    /** The endpoint, as it was when the delivery was claimed. */
     endpoint: {
+      /** The endpoint's row key, in decimal. */
       key: row.endpoint_key,
       url: row.endpoint_url,
+      /** The signing key, sealed (see secrets.ts). */
       secret: row.secret,
+      /** The key before the last rotation, sealed, while it still signs. */
       previousSecret: row.previous_secret ?? undefined,
+      /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
       version: row.endpoint_version,
+      /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */
       configured: row.configured,
     },
+    /** The exact bytes to sign and send. */
     body: row.body,
+    /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
     attempt: row.attempts,
+    /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
     claimedAt,
+    /** When the event was recorded (ms since the epoch). */
     createdAtMs: row.created_ms,
+    /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
     traceparent: traceparent ?? undefined,
-  } satisfies ClaimedDelivery;
+  };
 }
 
-export interface FanOut {
-  events: number;
-  /** The position of the last event taken; undefined when none was. */
-  last: bigint | undefined;
-  deliveries: ClaimedDelivery[];
-}
+export type Outbox = ReturnType<typeof createOutbox>;
 
-export interface Outbox {
-  /**
-   * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
-   * those another process is taking, and turns each into one delivery per receiving endpoint
-   * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
-   * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
-   */
-  fanOut(limit: number, after: bigint): Promise<FanOut>;
-  /**
-   * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
-   * first: of `only` when given, otherwise of every endpoint but those in `busy`.
-   */
-  claim(limit: number, only: string | undefined, busy: string[]): Promise<ClaimedDelivery[]>;
-  /**
-   * Declares the WEBHOOK_URLS endpoints, signed with the secret `sealFor` seals for each row key,
-   * until `untilMs` from now, and moves to them the deliveries older releases wrote by URL.
-   * `sealFor` undefined only renews the declaration.
-   */
-  declare(
-    urls: string[],
-    sealFor: ((endpoint: string) => string) | undefined,
-    untilMs: number,
-  ): Promise<void>;
-}
-
-/** The statements that hand deliveries to dispatchers, each prepared once. */
-export function createOutbox(db: Database, options: OutboxOptions): Outbox {
+/**
+ * The statements that hand deliveries to dispatchers, each prepared once; a process holds the
+ * deliveries it claims for `leaseMs`, then any process may claim them.
+ */
+export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
   // One statement, one transaction: an event goes only with its deliveries written, so one
   // taken by a process that dies before the commit stays for the next fan-out of any process.
   const fanOut = prepareStatement<FanOutRow>(
@@ -151,7 +99,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
                                           next_attempt_at, failed_at, last_error)
           select taken.event_id, e.id, taken.body, taken.created_at,
                  case when e.disabled then 0 else 1 end,
-                 case when e.disabled then now() else ${leaseEnd(options.leaseMs)} end,
+                 case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
             from taken join webhook_endpoints as e
@@ -175,7 +123,7 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
     'webhook_claim',
     sql`with claimed as (
           update webhook_deliveries
-             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(options.leaseMs)}
+             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(leaseMs)}
            where id = any(array(
                    select due.id from webhook_endpoints as e
                     cross join lateral (
@@ -256,29 +204,47 @@ export function createOutbox(db: Database, options: OutboxOptions): Outbox {
   );
 
   return {
-    async fanOut(limit, after) {
+    /**
+     * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
+     * those another process is taking, and turns each into one delivery per receiving endpoint
+     * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
+     * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
+     * `last` is the position of the last event taken.
+     */
+    async fanOut(limit: number, after: bigint) {
       const claimedAt = performance.now();
       const rows = await fanOut.execute({ limit, after });
-      const events = new Set<string>();
-      let last: bigint | undefined;
-      const deliveries: ClaimedDelivery[] = [];
-      for (const row of rows) {
-        if (!events.has(row.position)) {
-          events.add(row.position);
-          const position = BigInt(row.position);
-          if (last === undefined || position > last) last = position;
-        }
-        if (row.id === null) continue;
-        deliveries.push(deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent));
-      }
-      return { events: events.size, last, deliveries };
+      const positions = [...new Set(rows.map((row) => row.position))].map(BigInt);
+      return {
+        events: positions.length,
+        last: positions.reduce<bigint | undefined>(
+          (a, b) => (a === undefined || b > a ? b : a),
+          undefined,
+        ),
+        deliveries: rows.flatMap((row) =>
+          row.id === null ? [] : [deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent)],
+        ),
+      };
     },
-    async claim(limit, only, busy) {
+    /**
+     * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
+     * first: of `only` when given, otherwise of every endpoint but those in `busy`.
+     */
+    async claim(limit: number, only: string | undefined, busy: string[]) {
       const claimedAt = performance.now();
       const rows = await claim.execute({ limit, only: only ?? null, busy });
       return rows.map((row) => deliveryOf(row, claimedAt));
     },
-    async declare(urls, sealFor, untilMs) {
+    /**
+     * Declares the WEBHOOK_URLS endpoints, signed with the secret `sealFor` seals for each row
+     * key, until `untilMs` from now, and moves to them the deliveries older releases wrote by
+     * URL. `sealFor` undefined only renews the declaration.
+     */
+    async declare(
+      urls: string[],
+      sealFor: ((endpoint: string) => string) | undefined,
+      untilMs: number,
+    ) {
       if (urls.length === 0) return;
       if (sealFor === undefined) {
         await renew.execute({ urls, untilMs: Math.trunc(untilMs) });
@@ -349,37 +315,12 @@ export const failingReason = (seconds: number) =>
 const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
 export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
 
-/** What the attempt log keeps of an attempt of `delivery` to `endpoint` that ended `result`. */
-export function attemptRecord(
-  endpoint: string,
-  delivery: { eventId: string; body: string },
-  result: AttemptResult,
-  step: NextStep,
-  { startedAt, durationMs }: { startedAt: number; durationMs: number },
-): AttemptRecord {
-  const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
-  return {
-    endpoint,
-    eventId: delivery.eventId,
-    plantId: plantIdOf(delivery.body),
-    succeeded: failure === undefined,
-    status: result.kind === 'answered' ? result.status : undefined,
-    error: failure?.status === undefined ? failure?.error : undefined,
-    durationMs,
-    attemptedAtMs: startedAt,
-    gone: step.kind === 'gone',
-  };
-}
-
-export interface OutcomeStatements {
-  /** Writes outcomes; returns the endpoints that their attempts disabled. */
-  record(outcomes: Outcome[]): Promise<DisabledEndpoint[]>;
-}
+export type OutcomeStatements = ReturnType<typeof createOutcomeStatements>;
 
 export function createOutcomeStatements(
   db: Database,
   { disableAfterS }: { disableAfterS: number },
-): OutcomeStatements {
+) {
   const deleteDelivered = prepareStatement(
     db,
     'webhook_delete_delivered',
@@ -469,33 +410,20 @@ export function createOutcomeStatements(
            where e.id = h.id
           returning e.id, e.disabled, e.disabled_reason
         ),
-        missed as (
-          update webhook_deliveries as d
-             set failed_at = now(), last_error = 'endpoint disabled'
-            from changed as c
-           where c.disabled and d.endpoint_id = c.id and d.failed_at is null
-          returning d.endpoint_id, d.event_id, d.body
-        ),
-        ${missedLog('missed')}
+        ${givenUp('select id from changed where disabled')}
         select id::text as key, disabled_reason as reason from changed where disabled`,
   );
 
   return {
-    async record(outcomes) {
-      const delivered: string[] = [];
-      const settled: Array<Extract<Outcome, { kind: 'retry' | 'failed' }>> = [];
-      const released: Array<Extract<Outcome, { kind: 'released' }>> = [];
-      const records: AttemptRecord[] = [];
-      for (const outcome of outcomes) {
-        if (outcome.kind === 'delivered') delivered.push(outcome.id);
-        else if (outcome.kind === 'released') released.push(outcome);
-        else settled.push(outcome);
-        if (outcome.record) records.push(outcome.record);
-      }
-      const statements: Array<Promise<unknown>> = [];
-      if (delivered.length > 0) statements.push(deleteDelivered.execute({ ids: delivered }));
-      if (settled.length > 0) {
-        statements.push(
+    /** Writes outcomes; returns the endpoints that their attempts disabled. */
+    async record(outcomes: Outcome[]): Promise<DisabledEndpoint[]> {
+      const delivered = outcomes.filter((o) => o.kind === 'delivered');
+      const settled = outcomes.filter((o) => o.kind === 'retry' || o.kind === 'failed');
+      const released = outcomes.filter((o) => o.kind === 'released');
+      const records = outcomes.flatMap((o) => (o.record ? [o.record] : []));
+      await Promise.all([
+        delivered.length > 0 && deleteDelivered.execute({ ids: delivered.map((o) => o.id) }),
+        settled.length > 0 &&
           reschedule.execute({
             ids: settled.map((o) => o.id),
             attempts: settled.map((o) => o.attempt),
@@ -503,17 +431,12 @@ export function createOutcomeStatements(
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
           }),
-        );
-      }
-      if (released.length > 0) {
-        statements.push(
+        released.length > 0 &&
           release.execute({
             ids: released.map((o) => o.id),
             attempts: released.map((o) => o.attempt),
           }),
-        );
-      }
-      await Promise.all(statements);
+      ]);
       // After the others: disabling an endpoint fails its pending deliveries, which the
       // statements above may be updating too; one after the other, they cannot deadlock.
       if (records.length === 0) return [];
@@ -550,17 +473,7 @@ function logValues(unordered: AttemptRecord[], disableAfterS: number) {
   };
 }
 
-export interface OutboxStats {
-  /**
-   * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
-   * receiving endpoint, counted up to STATS_COUNT_LIMIT.
-   */
-  pending: number;
-  /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
-  failed: number;
-  /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
-  oldestDueSeconds: number;
-}
+export type OutboxStats = Awaited<ReturnType<Upkeep['stats']>>;
 
 /** Counts stop here, so a scrape costs a bounded index scan however large a backlog grows. */
 export const STATS_COUNT_LIMIT = 100_000;
@@ -568,16 +481,20 @@ export const STATS_COUNT_LIMIT = 100_000;
 /** Rows one sweep deletes at most from each table; the next sweep goes on. */
 const SWEEP_LIMIT = 10_000;
 
-export interface Upkeep {
-  stats(): Promise<OutboxStats>;
-  /**
-   * Deletes attempts and failed deliveries older than the retention (returns how many), and
-   * the keys rotated out whose grace is over.
-   */
-  sweep(): Promise<number>;
-}
+/** A CTE that deletes the rows of webhook_`table` whose `column` is older than the retention. */
+const old = (table: string, column: string) =>
+  sql`${sql.raw(`old_${table}`)} as (
+          delete from ${sql.raw(`webhook_${table}`)}
+           where id = any(array(
+                   select id from ${sql.raw(`webhook_${table}`)}
+                    where ${sql.raw(column)} < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
+                    limit ${SWEEP_LIMIT}))
+          returning 1
+        )`;
 
-export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }): Upkeep {
+export type Upkeep = ReturnType<typeof createUpkeep>;
+
+export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: number }) {
   const stats = prepareStatement<{
     pending: number;
     failed: number;
@@ -611,22 +528,7 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
   const sweep = prepareStatement<{ count: number }>(
     db,
     'webhook_sweep',
-    sql`with old_attempts as (
-          delete from webhook_attempts
-           where id = any(array(
-                   select id from webhook_attempts
-                    where attempted_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
-                    limit ${SWEEP_LIMIT}))
-          returning 1
-        ),
-        old_deliveries as (
-          delete from webhook_deliveries
-           where id = any(array(
-                   select id from webhook_deliveries
-                    where failed_at < now() - ${sql.placeholder('retention')}::int4 * interval '1 second'
-                    limit ${SWEEP_LIMIT}))
-          returning 1
-        ),
+    sql`with ${old('attempts', 'attempted_at')}, ${old('deliveries', 'failed_at')},
         -- A key replaced by a rotation is not kept once its grace is over.
         expired_keys as (
           update webhook_endpoints set previous_secret = null, previous_secret_until = null
@@ -640,11 +542,21 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
       // An event not yet fanned out is a delivery pending for each endpoint, due since it was made.
       const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
       return {
+        /**
+         * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
+         * receiving endpoint, counted up to STATS_COUNT_LIMIT.
+         */
         pending: Math.min(pending, STATS_COUNT_LIMIT),
+        /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */
         failed: row?.failed ?? 0,
+        /** How long the oldest delivery that is due (and not claimed) has waited, in seconds. */
         oldestDueSeconds: Math.max(0, row?.oldest_due ?? 0, row?.oldest_event ?? 0),
       };
     },
+    /**
+     * Deletes attempts and failed deliveries older than the retention (returns how many), and
+     * the keys rotated out whose grace is over.
+     */
     async sweep() {
       const [row] = await sweep.execute({ retention: logRetentionS });
       return row?.count ?? 0;
