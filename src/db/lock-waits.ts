@@ -27,7 +27,9 @@ const MAX_WORDS = 8;
  */
 export function firstWords(query: string): string {
   const words: string[] = [];
+  // Block comments first: a `--` inside one is not a line comment.
   for (const word of query
+    .replace(/\/\*[\s\S]*?(\*\/|$)/g, ' ')
     .replace(/--[^\n]*/g, ' ')
     .trim()
     .split(/\s+/)) {

@@ -20,6 +20,9 @@ describe('firstWords', () => {
     ],
     ['insert into plants (id, name) values(1, 2)', 'insert into plants (id, name)'],
     ['  -- a comment\n  vacuum   plants', 'vacuum plants'],
+    ['/* job: nightly */ vacuum plants', 'vacuum plants'],
+    ['/* a\n -- b */ select name from plants', 'select name from plants'],
+    ["/* secret's */ select /* x */ id from plants", 'select id from plants'],
     ['select 1', 'select'],
     ['', ''],
   ])('keeps %j as %j', (query, words) => {
