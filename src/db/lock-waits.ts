@@ -3,6 +3,12 @@ import { sqlStateOf } from './errors.js';
 /** SQLSTATE lock_not_available: a statement gave up waiting for a lock after `lock_timeout`. */
 export const LOCK_NOT_AVAILABLE = '55P03';
 
+/** SQLSTATE deadlock_detected: the server ended this transaction to break a lock cycle. */
+export const DEADLOCK_DETECTED = '40P01';
+
+// Both roll the step's transaction back whole, so trying it again is safe.
+const givenWay = new Set([LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED]);
+
 /** A session that holds a lock a migration step waits for, as pg_stat_activity shows it. */
 export interface Blocker {
   pid: number;
@@ -87,8 +93,8 @@ export interface RetryOptions {
 }
 
 /**
- * Runs `attempt` until it succeeds; when it gives way on `lock_timeout` (55P03) it is tried
- * again after a backoff, for up to `retryForMs` from the first attempt. `attempt` reports
+ * Runs `attempt` until it succeeds; when it gives way on `lock_timeout` (55P03), or the server
+ * ends it to break a deadlock with other traffic (40P01), it is tried again after a backoff, for up to `retryForMs` from the first attempt. `attempt` reports
  * who blocked it through `blockers`, read while it waited.
  */
 export async function withLockRetries<T>(
@@ -101,7 +107,7 @@ export async function withLockRetries<T>(
     try {
       return await attempt(blockers);
     } catch (error) {
-      if (sqlStateOf(error) !== LOCK_NOT_AVAILABLE) throw error;
+      if (!givenWay.has(sqlStateOf(error) ?? '')) throw error;
       const left = options.retryForMs - (options.clock.now() - started);
       if (left <= 0) {
         throw new MigrationGaveUpError(
