@@ -113,8 +113,13 @@ export interface MigrationLog {
 
 const silent: MigrationLog = { warn: () => {} };
 
+/**
+ * Runs `work` in a READ COMMITTED transaction whatever the database's or role's default: under
+ * REPEATABLE READ or SERIALIZABLE the lock holder would keep a snapshot, and the concurrent
+ * build it waits for would wait for that snapshot in turn, for ever.
+ */
 async function inTransaction<T>(session: MigrationSession, work: () => Promise<T>): Promise<T> {
-  await session.run('begin');
+  await session.run('begin isolation level read committed');
   try {
     const result = await work();
     await session.run('commit');
@@ -248,8 +253,9 @@ async function runOutside(
 
 /**
  * One migration marked to run outside a transaction: its statements run one by one on the main
- * connection while the second one holds the advisory lock in an open transaction (which takes
- * no lock on any table and holds no snapshot, so a concurrent build does not wait for it) and
+ * connection while the second one holds the advisory lock in an open READ COMMITTED transaction
+ * (which takes no lock on any table and holds no snapshot, so a concurrent build does not wait
+ * for it) and
  * records the migration before it commits. Resolves false when another process applied it.
  */
 async function applyOutsideTransaction(
@@ -265,6 +271,9 @@ async function applyOutsideTransaction(
     return true;
   }
   return underLock(beside, async () => {
+    // It is idle in its transaction for as long as the build takes: a timeout set for the
+    // database or role would end it, and the lock with it, halfway through.
+    await beside.run('set local idle_in_transaction_session_timeout = 0');
     if ((await appliedThrough(beside)) >= migration.millis) return false;
     await runOutside(main, migration, log);
     await record(beside, migration);
