@@ -1,4 +1,4 @@
-import { sqlStateOf } from './errors.js';
+import { failureForLog, isDatabaseUnavailable, sqlStateOf } from './errors.js';
 
 /** SQLSTATE lock_not_available: a statement gave up waiting for a lock after `lock_timeout`. */
 export const LOCK_NOT_AVAILABLE = '55P03';
@@ -74,6 +74,19 @@ export function backoffMs(attempt: number): number {
 /** A migration step that could not get its locks for the whole of MIGRATION_RETRY_FOR_S. */
 export class MigrationGaveUpError extends Error {
   override name = 'MigrationGaveUpError';
+}
+
+/**
+ * The fatal line of a migrator or a start that failed: a give-up in its own words; a database
+ * failure by its SQLSTATE and statement, never the server's detail (an index build or VALIDATE
+ * quotes rows); anything else as the error it is.
+ */
+export function fatalLineOf(error: unknown, otherwise: string): [object, string] {
+  if (error instanceof MigrationGaveUpError) return [{}, error.message];
+  if (sqlStateOf(error) !== undefined || isDatabaseUnavailable(error)) {
+    return [failureForLog(error), otherwise];
+  }
+  return [{ err: error }, otherwise];
 }
 
 export interface LockWaitEvent {

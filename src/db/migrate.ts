@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import type { Database } from './client.js';
-import { READ_ONLY_SQL_STATE, sqlStateOf } from './errors.js';
+import { READ_ONLY_SQL_STATE, StatementError, sqlStateOf } from './errors.js';
 import {
   type Blocker,
   blockersQuery,
@@ -188,6 +188,19 @@ function watchBlockers(beside: MigrationSession | undefined, pid: number, afterM
   };
 }
 
+/** One statement of `migration`; a failure is named by the migration, for the log. */
+async function runStep(
+  session: MigrationSession,
+  migration: Migration,
+  statement: string,
+): Promise<void> {
+  try {
+    await session.run(statement);
+  } catch (error) {
+    throw new StatementError(migration.name, error);
+  }
+}
+
 /**
  * One migration, in its own transaction under the advisory lock and `lock_timeout`; resolves
  * false when another process applied it first.
@@ -204,7 +217,7 @@ async function applyInTransaction(
     await main.run(`set local lock_timeout = ${Math.trunc(lockTimeoutMs)}`);
     const watch = watchBlockers(beside, pid, lockTimeoutMs / 2);
     try {
-      for (const statement of migration.statements) await main.run(statement);
+      for (const statement of migration.statements) await runStep(main, migration, statement);
     } finally {
       blockers.push(...(await watch.stop()));
     }
@@ -247,7 +260,7 @@ async function runOutside(
   for (const statement of migration.statements) {
     const index = concurrentIndexName(statement);
     if (index !== undefined) await dropInvalidIndex(session, index, log);
-    await session.run(statement);
+    await runStep(session, migration, statement);
   }
 }
 

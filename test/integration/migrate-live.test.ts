@@ -173,6 +173,50 @@ describe('migrations on a live database', () => {
     }
   });
 
+  it('exits 1 from the start with that message when it gives up', async () => {
+    const copy = packageWith([addNote]);
+    cleanups.push(copy.remove);
+    const blocker = await holdPlants(url);
+    try {
+      const start = copy.start({
+        DATABASE_URL: url,
+        API_TOKENS: 'token',
+        PORT: '0',
+        MIGRATION_LOCK_TIMEOUT_MS: '50',
+        MIGRATION_RETRY_FOR_S: '1',
+      });
+      expect(await start.exited).toBe(1);
+      const last = JSON.parse(start.stdout.at(-1) ?? '{}');
+      expect(last).toMatchObject({ level: 'fatal' });
+      expect(last.msg).toMatch(
+        new RegExp(`^migration 0100_plants_note gave up after 1 s .* for pid ${blocker.pid} `),
+      );
+    } finally {
+      await blocker.release();
+    }
+  });
+
+  it('logs a failed migration by its SQLSTATE, never the rows the server quotes', async () => {
+    const copy = packageWith([
+      {
+        tag: '0100_plants_name_number',
+        sql: 'ALTER TABLE "plants" ADD CONSTRAINT "plants_name_number" CHECK ("name"::integer > 0);',
+      },
+    ]);
+    cleanups.push(copy.remove);
+    await database.query("insert into plants (id, name) values (1, 'row-secret')");
+    const migrate = copy.migrate({ DATABASE_URL: url });
+    expect(await migrate.exited).toBe(1);
+    expect(migrate.stdout.join('\n')).not.toContain('row-secret');
+    const last = JSON.parse(migrate.stdout.at(-1) ?? '{}');
+    expect(last).toMatchObject({
+      level: 'fatal',
+      sqlState: '22P02',
+      statement: '0100_plants_name_number',
+      msg: 'migration failed',
+    });
+  });
+
   it('runs a marked migration outside a transaction, once however many migrators start together', async () => {
     const folder = folderWith([nameIndex]);
     await database.query(
