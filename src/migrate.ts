@@ -1,6 +1,6 @@
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
-import { MigrationGaveUpError } from './db/lock-waits.js';
+import { fatalLineOf } from './db/lock-waits.js';
 import { describeMigrations } from './db/migrate.js';
 import { createLogger } from './logger.js';
 
@@ -17,10 +17,7 @@ try {
       await database.close();
     }
   } catch (error) {
-    logger.fatal(
-      { err: error },
-      error instanceof MigrationGaveUpError ? error.message : 'migration failed',
-    );
+    logger.fatal(...fatalLineOf(error, 'migration failed'));
     process.exitCode = 1;
   }
 } catch (error) {

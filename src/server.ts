@@ -1,6 +1,7 @@
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { describeDatabase } from './db/client.js';
 import { DataDirInUseError } from './db/errors.js';
+import { fatalLineOf } from './db/lock-waits.js';
 import { createService } from './service.js';
 
 function readConfig(): Config {
@@ -86,7 +87,7 @@ try {
   if (stopSignalAt === undefined) {
     const refusal = refusalOf(error, config);
     if (refusal) process.stderr.write(`plant-store: cannot start: ${refusal}\n`);
-    else logger.fatal({ err: error }, 'failed to start');
+    else logger.fatal(...fatalLineOf(error, 'failed to start'));
     await service.database?.close().catch(() => {});
     process.exit(1);
   }

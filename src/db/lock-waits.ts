@@ -1,7 +1,13 @@
-import { sqlStateOf } from './errors.js';
+import { failureForLog, isDatabaseUnavailable, sqlStateOf } from './errors.js';
 
 /** SQLSTATE lock_not_available: a statement gave up waiting for a lock after `lock_timeout`. */
 export const LOCK_NOT_AVAILABLE = '55P03';
+
+/** SQLSTATE deadlock_detected: the server ended this transaction to break a lock cycle. */
+export const DEADLOCK_DETECTED = '40P01';
+
+// Both roll the step's transaction back whole, so trying it again is safe.
+const givenWay = new Set([LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED]);
 
 /** A session that holds a lock a migration step waits for, as pg_stat_activity shows it. */
 export interface Blocker {
@@ -27,7 +33,9 @@ const MAX_WORDS = 8;
  */
 export function firstWords(query: string): string {
   const words: string[] = [];
+  // Block comments first: a `--` inside one is not a line comment.
   for (const word of query
+    .replace(/\/\*[\s\S]*?(\*\/|$)/g, ' ')
     .replace(/--[^\n]*/g, ' ')
     .trim()
     .split(/\s+/)) {
@@ -68,6 +76,19 @@ export class MigrationGaveUpError extends Error {
   override name = 'MigrationGaveUpError';
 }
 
+/**
+ * The fatal line of a migrator or a start that failed: a give-up in its own words; a database
+ * failure by its SQLSTATE and statement, never the server's detail (an index build or VALIDATE
+ * quotes rows); anything else as the error it is.
+ */
+export function fatalLineOf(error: unknown, otherwise: string): [object, string] {
+  if (error instanceof MigrationGaveUpError) return [{}, error.message];
+  if (sqlStateOf(error) !== undefined || isDatabaseUnavailable(error)) {
+    return [failureForLog(error), otherwise];
+  }
+  return [{ err: error }, otherwise];
+}
+
 export interface LockWaitEvent {
   attempt: number;
   blockers: Blocker[];
@@ -85,8 +106,8 @@ export interface RetryOptions {
 }
 
 /**
- * Runs `attempt` until it succeeds; when it gives way on `lock_timeout` (55P03) it is tried
- * again after a backoff, for up to `retryForMs` from the first attempt. `attempt` reports
+ * Runs `attempt` until it succeeds; when it gives way on `lock_timeout` (55P03), or the server
+ * ends it to break a deadlock with other traffic (40P01), it is tried again after a backoff, for up to `retryForMs` from the first attempt. `attempt` reports
  * who blocked it through `blockers`, read while it waited.
  */
 export async function withLockRetries<T>(
@@ -99,7 +120,7 @@ export async function withLockRetries<T>(
     try {
       return await attempt(blockers);
     } catch (error) {
-      if (sqlStateOf(error) !== LOCK_NOT_AVAILABLE) throw error;
+      if (!givenWay.has(sqlStateOf(error) ?? '')) throw error;
       const left = options.retryForMs - (options.clock.now() - started);
       if (left <= 0) {
         throw new MigrationGaveUpError(

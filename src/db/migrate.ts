@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import type { Database } from './client.js';
-import { READ_ONLY_SQL_STATE, sqlStateOf } from './errors.js';
+import { READ_ONLY_SQL_STATE, StatementError, sqlStateOf } from './errors.js';
 import {
   type Blocker,
   blockersQuery,
@@ -113,8 +113,13 @@ export interface MigrationLog {
 
 const silent: MigrationLog = { warn: () => {} };
 
+/**
+ * Runs `work` in a READ COMMITTED transaction whatever the database's or role's default: under
+ * REPEATABLE READ or SERIALIZABLE the lock holder would keep a snapshot, and the concurrent
+ * build it waits for would wait for that snapshot in turn, for ever.
+ */
 async function inTransaction<T>(session: MigrationSession, work: () => Promise<T>): Promise<T> {
-  await session.run('begin');
+  await session.run('begin isolation level read committed');
   try {
     const result = await work();
     await session.run('commit');
@@ -183,6 +188,19 @@ function watchBlockers(beside: MigrationSession | undefined, pid: number, afterM
   };
 }
 
+/** One statement of `migration`; a failure is named by the migration, for the log. */
+async function runStep(
+  session: MigrationSession,
+  migration: Migration,
+  statement: string,
+): Promise<void> {
+  try {
+    await session.run(statement);
+  } catch (error) {
+    throw new StatementError(migration.name, error);
+  }
+}
+
 /**
  * One migration, in its own transaction under the advisory lock and `lock_timeout`; resolves
  * false when another process applied it first.
@@ -199,7 +217,7 @@ async function applyInTransaction(
     await main.run(`set local lock_timeout = ${Math.trunc(lockTimeoutMs)}`);
     const watch = watchBlockers(beside, pid, lockTimeoutMs / 2);
     try {
-      for (const statement of migration.statements) await main.run(statement);
+      for (const statement of migration.statements) await runStep(main, migration, statement);
     } finally {
       blockers.push(...(await watch.stop()));
     }
@@ -242,14 +260,15 @@ async function runOutside(
   for (const statement of migration.statements) {
     const index = concurrentIndexName(statement);
     if (index !== undefined) await dropInvalidIndex(session, index, log);
-    await session.run(statement);
+    await runStep(session, migration, statement);
   }
 }
 
 /**
  * One migration marked to run outside a transaction: its statements run one by one on the main
- * connection while the second one holds the advisory lock in an open transaction (which takes
- * no lock on any table and holds no snapshot, so a concurrent build does not wait for it) and
+ * connection while the second one holds the advisory lock in an open READ COMMITTED transaction
+ * (which takes no lock on any table and holds no snapshot, so a concurrent build does not wait
+ * for it) and
  * records the migration before it commits. Resolves false when another process applied it.
  */
 async function applyOutsideTransaction(
@@ -265,6 +284,9 @@ async function applyOutsideTransaction(
     return true;
   }
   return underLock(beside, async () => {
+    // It is idle in its transaction for as long as the build takes: a timeout set for the
+    // database or role would end it, and the lock with it, halfway through.
+    await beside.run('set local idle_in_transaction_session_timeout = 0');
     if ((await appliedThrough(beside)) >= migration.millis) return false;
     await runOutside(main, migration, log);
     await record(beside, migration);

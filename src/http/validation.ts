@@ -2,13 +2,20 @@ import { Kind, type Static, type TSchema, type TUnsafe, Type } from '@sinclair/t
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type ValueError, ValueErrorType } from '@sinclair/typebox/errors';
 import type { FastifySchemaCompiler } from 'fastify';
-import { checkedProblem, type TextOptions, textProblem } from '../kinds.js';
+import { checkedProblem, INT64_MAX, INT64_MIN, type TextOptions, textProblem } from '../kinds.js';
 import { HttpError } from './errors.js';
 
 /** A `$ref` to a schema registered by its `$id`, typed as that schema. */
 export function refTo<T extends TSchema>(schema: T): TUnsafe<Static<T>> {
   if (!schema.$id) throw new Error('refTo needs a schema with an $id');
   return Type.Unsafe<Static<T>>(Type.Ref(schema.$id));
+}
+
+/** True for an int64 as its digits read once unquoted: no leading zero, no `-0`, in range. */
+function isCanonicalInt64(text: string): boolean {
+  return (
+    /^(0|-?[1-9]\d{0,18})$/.test(text) && BigInt(text) >= INT64_MIN && BigInt(text) <= INT64_MAX
+  );
 }
 
 /** Why `value`, which is not an int64, was refused: its JSON type, unless it is a number. */
@@ -25,9 +32,7 @@ function int64Problem(value: unknown): string {
           ? 'an object'
           : `a ${typeof value}`;
   const unquoted =
-    typeof value === 'string' && /^-?\d{1,20}$/.test(value)
-      ? `: write ${value}, not "${value}"`
-      : '';
+    typeof value === 'string' && isCanonicalInt64(value) ? `: write ${value}, not "${value}"` : '';
   return `must be a JSON integer, not ${type}${unquoted}`;
 }
 

@@ -46,10 +46,12 @@ export function migrationsWith(added: readonly AddedMigration[]): {
 
 /**
  * A copy of the built package whose `migrations/` also holds `added`, where `migrate(env)` runs
- * `node dist/migrate.js` as `npm run db:migrate` does after its build.
+ * `node dist/migrate.js` as `npm run db:migrate` does after its build, and `start(env)` runs
+ * `node dist/server.js`.
  */
 export function packageWith(added: readonly AddedMigration[]): {
   migrate(env: Record<string, string>): RunningProcess;
+  start(env: Record<string, string>): RunningProcess;
   remove(): void;
 } {
   const root = mkdtempSync(join(tmpdir(), 'plant-store-package-'));
@@ -60,6 +62,7 @@ export function packageWith(added: readonly AddedMigration[]): {
   writeMigrations(join(root, 'migrations'), added);
   return {
     migrate: (env) => run(process.execPath, ['dist/migrate.js'], env, { cwd: root }),
+    start: (env) => run(process.execPath, ['dist/server.js'], env, { cwd: root }),
     remove: () => rmSync(root, { recursive: true, force: true }),
   };
 }

@@ -39,6 +39,12 @@ async function holdPlants(url: string): Promise<{ pid: number; release(): Promis
   };
 }
 
+/** A default for new sessions on `database`, as a DBA sets one for a database. */
+async function setForDatabase(database: ScratchDatabase, setting: string): Promise<void> {
+  const [row] = await database.query<{ name: string }>('select current_database() as name');
+  await database.query(`alter database "${row?.name}" set ${setting}`);
+}
+
 function collect(): MigrationLog & { lines: { fields: object; message: string }[] } {
   const lines: { fields: object; message: string }[] = [];
   return { lines, warn: (fields, message) => lines.push({ fields, message }) };
@@ -167,6 +173,50 @@ describe('migrations on a live database', () => {
     }
   });
 
+  it('exits 1 from the start with that message when it gives up', async () => {
+    const copy = packageWith([addNote]);
+    cleanups.push(copy.remove);
+    const blocker = await holdPlants(url);
+    try {
+      const start = copy.start({
+        DATABASE_URL: url,
+        API_TOKENS: 'token',
+        PORT: '0',
+        MIGRATION_LOCK_TIMEOUT_MS: '50',
+        MIGRATION_RETRY_FOR_S: '1',
+      });
+      expect(await start.exited).toBe(1);
+      const last = JSON.parse(start.stdout.at(-1) ?? '{}');
+      expect(last).toMatchObject({ level: 'fatal' });
+      expect(last.msg).toMatch(
+        new RegExp(`^migration 0100_plants_note gave up after 1 s .* for pid ${blocker.pid} `),
+      );
+    } finally {
+      await blocker.release();
+    }
+  });
+
+  it('logs a failed migration by its SQLSTATE, never the rows the server quotes', async () => {
+    const copy = packageWith([
+      {
+        tag: '0100_plants_name_number',
+        sql: 'ALTER TABLE "plants" ADD CONSTRAINT "plants_name_number" CHECK ("name"::integer > 0);',
+      },
+    ]);
+    cleanups.push(copy.remove);
+    await database.query("insert into plants (id, name) values (1, 'row-secret')");
+    const migrate = copy.migrate({ DATABASE_URL: url });
+    expect(await migrate.exited).toBe(1);
+    expect(migrate.stdout.join('\n')).not.toContain('row-secret');
+    const last = JSON.parse(migrate.stdout.at(-1) ?? '{}');
+    expect(last).toMatchObject({
+      level: 'fatal',
+      sqlState: '22P02',
+      statement: '0100_plants_name_number',
+      msg: 'migration failed',
+    });
+  });
+
   it('runs a marked migration outside a transaction, once however many migrators start together', async () => {
     const folder = folderWith([nameIndex]);
     await database.query(
@@ -184,6 +234,37 @@ describe('migrations on a live database', () => {
       "select indisvalid as valid from pg_index where indexrelid = 'plants_name_idx'::regclass",
     );
     expect(index).toStrictEqual([{ valid: true }]);
+  });
+
+  it('builds a marked index where transactions default to REPEATABLE READ', async () => {
+    const folder = folderWith([nameIndex]);
+    await setForDatabase(database, "default_transaction_isolation = 'repeatable read'");
+    // A build that waits for the lock holder's snapshot fails here instead of hanging.
+    await setForDatabase(database, "statement_timeout = '5s'");
+    expect(await migratePostgres(url, 5000, { folder })).toStrictEqual(['0100_plants_name_index']);
+  });
+
+  it('keeps the advisory lock through a build longer than the database idle_in_transaction_session_timeout', async () => {
+    const folder = folderWith([nameIndex]);
+    await setForDatabase(database, "idle_in_transaction_session_timeout = '200ms'");
+    // A write left open: the build waits for it, so the lock holder sits idle meanwhile.
+    const writer = new pg.Client({ connectionString: url });
+    await writer.connect();
+    await writer.query('begin');
+    await writer.query('set local idle_in_transaction_session_timeout = 0');
+    await writer.query("insert into plants (id, name) values (1, 'open')");
+    const migrating = migratePostgres(url, 5000, { folder });
+    const building = async () =>
+      (
+        await database.query<{ n: number }>(
+          "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%create index concurrently%'",
+        )
+      )[0]?.n === 1;
+    while (!(await building())) await new Promise((resolve) => setTimeout(resolve, 20));
+    await database.query('select pg_sleep(0.5)');
+    await writer.query('commit');
+    await writer.end();
+    expect(await migrating).toStrictEqual(['0100_plants_name_index']);
   });
 
   it('drops an INVALID index that an interrupted concurrent build left, and builds it again', async () => {

@@ -74,6 +74,11 @@ describe('POST /plants rejects a body that is not a NewPlant with 400', () => {
       'body/id must be a JSON integer, not a string: write 5, not "5"',
     ],
     ['id as a word', '{"id":"five","name":"x"}', 'body/id must be a JSON integer, not a string'],
+    [
+      'id as a string of the smallest int64',
+      '{"id":"-9223372036854775808","name":"x"}',
+      'body/id must be a JSON integer, not a string: write -9223372036854775808, not "-9223372036854775808"',
+    ],
     ['id as true', '{"id":true,"name":"x"}', 'body/id must be a JSON integer, not a boolean'],
     ['id as null', '{"id":null,"name":"x"}', 'body/id must be a JSON integer, not null'],
     ['id as an array', '{"id":[1],"name":"x"}', 'body/id must be a JSON integer, not an array'],
@@ -144,6 +149,16 @@ describe('POST /plants rejects a body that is not a NewPlant with 400', () => {
   ])('%s', async (_, body, message) => {
     await expect400(body, message);
   });
+
+  it.each(['007', '-0', '9223372036854775808', '99999999999999999999'])(
+    'suggests no unquoted %s: it is no int64 either',
+    async (digits) => {
+      await expect400(
+        `{"id":"${digits}","name":"x"}`,
+        /^body\/id must be a JSON integer, not a string$/,
+      );
+    },
+  );
 
   it('rejects bytes that are not UTF-8 instead of replacing them', async () => {
     const response = await t.app.inject({

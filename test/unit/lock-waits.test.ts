@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   backoffMs,
   type Clock,
+  DEADLOCK_DETECTED,
   describeBlockers,
   firstWords,
   LOCK_NOT_AVAILABLE,
@@ -20,6 +21,9 @@ describe('firstWords', () => {
     ],
     ['insert into plants (id, name) values(1, 2)', 'insert into plants (id, name)'],
     ['  -- a comment\n  vacuum   plants', 'vacuum plants'],
+    ['/* job: nightly */ vacuum plants', 'vacuum plants'],
+    ['/* a\n -- b */ select name from plants', 'select name from plants'],
+    ["/* secret's */ select /* x */ id from plants", 'select id from plants'],
     ['select 1', 'select'],
     ['', ''],
   ])('keeps %j as %j', (query, words) => {
@@ -105,6 +109,19 @@ describe('withLockRetries', () => {
     expect([1, 2, 3, 4, 5, 6, 7].map(backoffMs)).toStrictEqual([
       250, 500, 1000, 2000, 4000, 5000, 5000,
     ]);
+  });
+
+  it('tries again a step the server ended to break a deadlock', async () => {
+    const deadlock = Object.assign(new Error('deadlock detected'), { code: DEADLOCK_DETECTED });
+    const clock = fakeClock();
+    let attempts = 0;
+    const result = await withLockRetries(options(clock), async () => {
+      attempts++;
+      if (attempts < 2) throw deadlock;
+      return 'applied';
+    });
+    expect(result).toBe('applied');
+    expect(clock.slept).toStrictEqual([250]);
   });
 
   it('gives up once the retry period is over, naming the blocker it saw last', async () => {
