@@ -107,24 +107,28 @@ export interface RetryOptions {
 
 /**
  * Runs `attempt` until it succeeds; when it gives way on `lock_timeout` (55P03), or the server
- * ends it to break a deadlock with other traffic (40P01), it is tried again after a backoff, for up to `retryForMs` from the first attempt. `attempt` reports
- * who blocked it through `blockers`, read while it waited.
+ * ends it to break a deadlock with other traffic (40P01), it is tried again after a backoff, for
+ * up to `retryForMs` from the first attempt. `attempt` reports who blocked it through
+ * `blockers`, read while it waited.
  */
 export async function withLockRetries<T>(
   options: RetryOptions,
   attempt: (blockers: Blocker[]) => Promise<T>,
 ): Promise<T> {
   const started = options.clock.now();
+  // A busy machine can read a wait too late to see it: the blockers last seen are still news.
+  let lastSeen: Blocker[] = [];
   for (let tries = 1; ; tries++) {
     const blockers: Blocker[] = [];
     try {
       return await attempt(blockers);
     } catch (error) {
       if (!givenWay.has(sqlStateOf(error) ?? '')) throw error;
+      if (blockers.length > 0) lastSeen = blockers;
       const left = options.retryForMs - (options.clock.now() - started);
       if (left <= 0) {
         throw new MigrationGaveUpError(
-          `migration ${options.step} gave up after ${Math.round(options.retryForMs / 1000)} s and ${tries} attempts: each time it waited ${options.lockTimeoutMs} ms (MIGRATION_LOCK_TIMEOUT_MS) for ${describeBlockers(blockers)} and gave way; nothing of it was applied. End that transaction, or run the migration again when it is over; MIGRATION_RETRY_FOR_S sets how long it keeps trying`,
+          `migration ${options.step} gave up after ${Math.round(options.retryForMs / 1000)} s and ${tries} attempts: each time it waited ${options.lockTimeoutMs} ms (MIGRATION_LOCK_TIMEOUT_MS) for ${describeBlockers(lastSeen)} and gave way; nothing of it was applied. End that transaction, or run the migration again when it is over; MIGRATION_RETRY_FOR_S sets how long it keeps trying`,
         );
       }
       const retryInMs = Math.min(backoffMs(tries), left);
