@@ -157,7 +157,7 @@ async function underLock<T>(
 /** The `created_at` of the newest migration the database records, as drizzle's migrator reads it. */
 async function appliedThrough(session: MigrationSession): Promise<number> {
   const [last] = await session.query<{ created_at: string }>(
-    'select created_at::text from drizzle.__drizzle_migrations order by created_at desc limit 1',
+    'select created_at::text from drizzle.__drizzle_migrations order by drizzle.__drizzle_migrations.created_at desc limit 1',
   );
   return last ? Number(last.created_at) : Number.NEGATIVE_INFINITY;
 }

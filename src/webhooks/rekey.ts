@@ -53,7 +53,7 @@ export async function rekeySecrets(
          where id > ${placeholder('after')}::bigint
            and (not starts_with(secret, ${placeholder('prefix')}::text)
                 or not starts_with(previous_secret, ${placeholder('prefix')}::text))
-         order by id limit ${placeholder('limit')}::int`,
+         order by webhook_endpoints.id limit ${placeholder('limit')}::int`,
   );
   const write = prepareStatement<{ id: string }>(
     db,

@@ -47,7 +47,7 @@ async function stored(
 
 const rows = () =>
   t.database.query<{ id: string; secret: string; previous_secret: string | null }>(
-    'select id::text as id, secret, previous_secret from webhook_endpoints order by id',
+    'select id::text as id, secret, previous_secret from webhook_endpoints order by webhook_endpoints.id',
   );
 
 function rekey(args: string[], keys: string | undefined, database = t.database) {
@@ -195,6 +195,28 @@ describe('npm run webhooks:rekey', () => {
       expect(openSecret(after?.secret ?? '', [k2], place(id))).toBe(WEBHOOK_SECRET);
     } finally {
       await configured.close();
+    }
+  });
+
+  it('re-seals every key when the batches cross a power of ten in the keys', async () => {
+    await t.database.query('delete from webhook_endpoints');
+    // Keys 6 to 17: in text order '10' comes before '6', in number order after '9'.
+    await t.database.query(
+      "select setval(pg_get_serial_sequence('webhook_endpoints', 'id'), 5, true)",
+    );
+    const secrets = Array.from({ length: 12 }, () => generateSecret());
+    const ids: string[] = [];
+    for (const secret of secrets) ids.push(await stored(secret, underK1));
+    expect(ids.at(0)).toBe('6');
+    expect(ids.at(-1)).toBe('17');
+
+    const command = rekey(['--batch-size', '5'], RING);
+    expect(await command.exited).toBe(0);
+    expect(command.stdout).toStrictEqual(['12 stored keys re-sealed under the key "k2"']);
+    const after = await rows();
+    for (const [index, id] of ids.entries()) {
+      const row = after.find((stored) => stored.id === id);
+      expect(openSecret(row?.secret ?? '', [k2], place(id))).toBe(secrets[index]);
     }
   });
 
