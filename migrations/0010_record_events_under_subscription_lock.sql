@@ -2,7 +2,8 @@
 -- running replica declares it), decided under a shared lock that making a subscription takes
 -- exclusively: the check below runs with a snapshot taken after the lock (a new one for each
 -- statement of a volatile function), so a create either committed before an endpoint was made
--- or sees it and records its events. Every caller now passes false: one mode for all.
+-- or sees it and records its events. `unconditionally` stays in the signature for the releases
+-- that pass it while replicas of two releases run side by side.
 CREATE OR REPLACE FUNCTION "record_created_events"("payloads" text[], "trace_context" text, "unconditionally" boolean) RETURNS integer
 LANGUAGE plpgsql AS $$
 BEGIN
