@@ -82,6 +82,12 @@ const onBothEngines = [
   'test/integration/health.test.ts',
   // The delivery engine's statements (events, fan-out, claims) on each engine.
   'test/integration/webhooks.test.ts',
+  // Walks of endpoint and attempt pages across the digits of their keys: each engine's ordering.
+  'test/integration/webhook-pages.test.ts',
+  // Exact int64 ids from the client through each driver and back.
+  'test/integration/typescript-client.test.ts',
+  // The pool's gauges, which the embedded engine (one connection, no pool) does not have.
+  'test/integration/metrics.test.ts',
 ];
 
 const server = await postgresServerSource();
