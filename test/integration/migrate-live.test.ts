@@ -97,7 +97,8 @@ describe('migrations on a live database', () => {
     const folder = folderWith([addNote]);
     const blocker = await holdPlants(url);
     const log = collect();
-    const migrating = migratePostgres(url, 5000, { folder, lockTimeoutMs: 100, log });
+    // Long enough that the blocker is read while the step waits, on a busy machine too.
+    const migrating = migratePostgres(url, 5000, { folder, lockTimeoutMs: 400, log });
     await until(() => log.lines.length >= 2);
     // Meanwhile a write goes through: nothing waits in the lock queue for long.
     await database.query("insert into plants (id, name) values (1, 'written meanwhile')");
@@ -118,7 +119,7 @@ describe('migrations on a live database', () => {
       ],
     });
     expect(first?.message).toMatch(
-      /^migration 0100_plants_note waited 100 ms for pid \d+ \(idle in transaction for \d+ s: select count\(\*\) from plants where name <>\) and gave way so that queries queued behind it go on; trying again in 250 ms$/,
+      /^migration 0100_plants_note waited 400 ms for pid \d+ \(idle in transaction for \d+ s: select count\(\*\) from plants where name <>\) and gave way so that queries queued behind it go on; trying again in 250 ms$/,
     );
     expect(JSON.stringify(log.lines)).not.toContain('secret-literal');
   });
