@@ -23,6 +23,8 @@ interface DeliveryRow {
   configured: boolean;
   body: string;
   attempts: number;
+  /** The row's count of claims, this one included, in decimal. */
+  claims: string;
   created_ms: number;
 }
 
@@ -63,8 +65,10 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
     },
     /** The exact bytes to sign and send. */
     body: row.body,
-    /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
+    /** This attempt's number, from 1. */
     attempt: row.attempts,
+    /** The row's count of claims when this one was made: it fences the claim (see record). */
+    claim: row.claims,
     /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
     claimedAt,
     /** When the event was recorded (ms since the epoch). */
@@ -96,9 +100,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ),
         written as (
           insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
-                                          next_attempt_at, failed_at, last_error)
+                                          claims, next_attempt_at, failed_at, last_error)
           select taken.event_id, e.id, taken.body, taken.created_at,
-                 case when e.disabled then 0 else 1 end,
+                 case when e.disabled then 0 else 1 end, case when e.disabled then 0 else 1 end,
                  case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
@@ -110,7 +114,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, ${endpointColumns}, taken.body,
-               1 as attempts, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
+               1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken
           left join written on written.event_id = taken.event_id and written.claimed
@@ -123,7 +127,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     'webhook_claim',
     sql`with claimed as (
           update webhook_deliveries
-             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(leaseMs)}
+             set attempts = attempts + 1, claims = claims + 1,
+                 next_attempt_at = ${leaseEnd(leaseMs)}
            where id = any(array(
                    select due.id from webhook_endpoints as e
                     cross join lateral (
@@ -137,10 +142,10 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                       and (${sql.placeholder('only')}::int8 is null
                            or e.id = ${sql.placeholder('only')}::int8)
                       and e.id <> all(${sql.placeholder('busy')}::int8[])))
-          returning id, event_id, endpoint_id, body, attempts, created_at
+          returning id, event_id, endpoint_id, body, attempts, claims, created_at
         )
         select claimed.id::text as id, claimed.event_id::text as event_id,
-               ${endpointColumns}, claimed.body, claimed.attempts,
+               ${endpointColumns}, claimed.body, claimed.attempts, claimed.claims::text as claims,
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
   );
@@ -289,11 +294,11 @@ export interface AttemptRecord {
 export type Outcome = (
   | /** Delivered: the row goes. */ { kind: 'delivered'; id: string }
   /** Failed; attempted again after `delayMs`. */
-  | { kind: 'retry'; id: string; attempt: number; delayMs: number; status?: number; error: string }
+  | { kind: 'retry'; id: string; claim: string; delayMs: number; status?: number; error: string }
   /** Given up: after the last attempt, or a 410. */
-  | { kind: 'failed'; id: string; attempt: number; status?: number; error: string }
+  | { kind: 'failed'; id: string; claim: string; status?: number; error: string }
   /** Claimed but not attempted (shutdown, or no free slot in time): due again at once. */
-  | { kind: 'released'; id: string; attempt: number }
+  | { kind: 'released'; id: string; claim: string }
 ) & {
   /** For an attempt made to an endpoint: what its attempt log and its health learn. */
   record?: AttemptRecord | undefined;
@@ -326,9 +331,9 @@ export function createOutcomeStatements(
     'webhook_delete_delivered',
     sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
   );
-  // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
-  // another process claimed the row again, this outcome is stale and matches nothing; so does
-  // one for a delivery given up meanwhile (its endpoint disabled), which only recover revives.
+  // A null delay gives the delivery up. The count of claims, which nothing resets, fences the
+  // claim: if it expired and another process claimed the row again, this outcome is stale and
+  // matches nothing; so does one for a delivery given up meanwhile (its endpoint disabled).
   const reschedule = prepareStatement(
     db,
     'webhook_reschedule',
@@ -337,10 +342,10 @@ export function createOutcomeStatements(
                failed_at = case when o.delay_ms is null then now() end,
                last_status = o.status,
                last_error = o.error
-          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
                       ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
-                      ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
-         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+                      ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error)
+         where d.id = o.id and d.claims = o.claim and d.failed_at is null`,
   );
   // Not attempted: the claim did not start an attempt, so it does not count as one.
   const release = prepareStatement(
@@ -348,9 +353,9 @@ export function createOutcomeStatements(
     'webhook_release',
     sql`update webhook_deliveries as d
            set next_attempt_at = now(), attempts = d.attempts - 1
-          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
-            as o(id, attempt)
-         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[])
+            as o(id, claim)
+         where d.id = o.id and d.claims = o.claim and d.failed_at is null`,
   );
   // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
   // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
@@ -426,7 +431,7 @@ export function createOutcomeStatements(
         settled.length > 0 &&
           reschedule.execute({
             ids: settled.map((o) => o.id),
-            attempts: settled.map((o) => o.attempt),
+            claims: settled.map((o) => o.claim),
             delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
@@ -434,7 +439,7 @@ export function createOutcomeStatements(
         released.length > 0 &&
           release.execute({
             ids: released.map((o) => o.id),
-            attempts: released.map((o) => o.attempt),
+            claims: released.map((o) => o.claim),
           }),
       ]);
       // After the others: disabling an endpoint fails its pending deliveries, which the

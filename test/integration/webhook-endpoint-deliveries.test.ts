@@ -5,8 +5,14 @@ import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { endpointIdOf } from '../../src/webhooks/ids.js';
 import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
-import { createOutcomeStatements, createUpkeep } from '../../src/webhooks/statements.js';
+import {
+  createOutbox,
+  createOutcomeStatements,
+  createUpkeep,
+} from '../../src/webhooks/statements.js';
+import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import {
@@ -624,12 +630,43 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
     });
     const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
     const written = statements.record([
-      { kind: 'released', id: '0', attempt: 1, record: record(deleted) },
-      { kind: 'released', id: '0', attempt: 1, record: record(kept) },
+      { kind: 'released', id: '0', claim: '1', record: record(deleted) },
+      { kind: 'released', id: '0', claim: '1', record: record(kept) },
     ]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     await client.query('commit');
     await written;
     expect((await attempts(t)).map((row) => row.endpoint_id)).toStrictEqual([kept]);
+  });
+
+  it('leaves a claim made after a recover to its process when the claim before it ends late', async () => {
+    const t = await app({ timeoutMs: 30_000 });
+    await t.dispatcher?.stop(0);
+    const key = await endpoint(t, 'http://127.0.0.1:9/claimed', generateSecret());
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body) values ($1, $2, '{"id":1}')`,
+      [randomUUID(), key],
+    );
+    // The lease the app's own statements were prepared with: the same text on a shared connection.
+    const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(30_000, ENGINE_TIMING) });
+    const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
+    const [first] = await outbox.claim(10, key, []);
+    const change = (method: 'PATCH' | 'POST', url: string, body: unknown) =>
+      t.app.inject({
+        method,
+        url: `/webhooks/endpoints/${endpointIdOf(key)}${url}`,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        payload: JSON.stringify(body),
+      });
+    expect((await change('PATCH', '', { disabled: true })).statusCode).toBe(200);
+    expect((await change('PATCH', '', { disabled: false })).statusCode).toBe(200);
+    const since = new Date(Date.now() - 60_000).toISOString();
+    expect((await change('POST', '/recover', { since })).statusCode).toBe(202);
+    const [second] = await outbox.claim(10, key, []);
+    expect(second?.attempt).toBe(first?.attempt);
+    await statements.record([
+      { kind: 'retry', id: first?.id ?? '', claim: first?.claim ?? '', delayMs: 0, error: 'late' },
+    ]);
+    expect(await outbox.claim(10, key, [])).toStrictEqual([]);
   });
 });
