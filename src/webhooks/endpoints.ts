@@ -146,7 +146,7 @@ export function createEndpointStore(
                                         then null else disabled_reason end,
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
-                 updated_at = now()
+                 updated_at = clock_timestamp()
            where id = ${endpointKey} and not configured
           returning *
         ),
@@ -171,7 +171,7 @@ export function createEndpointStore(
            set previous_secret = secret,
                previous_secret_until = clock_timestamp() + ${sql.raw(`interval '${grace} seconds'`)},
                secret = ${placeholder('secret')}::text,
-               updated_at = now()
+               updated_at = clock_timestamp()
          where id = ${endpointKey} and not configured
         returning id::text`,
   );

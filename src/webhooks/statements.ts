@@ -36,7 +36,12 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
   traceparent: string | null;
 }
 
-/** The target of an endpoint's delivery, read beside it; the old key only within its grace. */
+/**
+ * The target of an endpoint's delivery, read beside it; the old key only within its grace. Its
+ * version is updated_at, which every change sets to clock_timestamp(): a change that waited for
+ * another change of the row reads it again after that one commits, so the last is the newest
+ * (now() is when its transaction began, which may be before the other's).
+ */
 const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
   e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
   (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
@@ -171,7 +176,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ),
         updated as (
           update webhook_endpoints as e
-             set secret = given.secret, updated_at = now(),
+             set secret = given.secret, updated_at = clock_timestamp(),
                  declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
             from given
            where e.configured and e.url = given.url and e.id = given.id
@@ -410,7 +415,7 @@ export function createOutcomeStatements(
                  disabled_reason = case when not h.disable then null
                                         when h.gone then ${GONE_REASON}::text
                                         else ${sql.placeholder('failingReason')}::text end,
-                 updated_at = case when h.disable then now() else e.updated_at end
+                 updated_at = case when h.disable then clock_timestamp() else e.updated_at end
             from health as h
            where e.id = h.id
           returning e.id, e.disabled, e.disabled_reason

@@ -669,4 +669,27 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
     ]);
     expect(await outbox.claim(10, key, [])).toStrictEqual([]);
   });
+
+  it('versions a change that waited for another after that one, though it began before', async () => {
+    const t = await app();
+    const key = await endpoint(t, 'http://127.0.0.1:9/versioned', generateSecret());
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query("update webhook_endpoints set description = 'first' where id = $1", [key]);
+    const patched = t.app.inject({
+      method: 'PATCH',
+      url: `/webhooks/endpoints/${endpointIdOf(key)}`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ description: 'second' }),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const { rows } = await client.query<{ ms: number }>(
+      'select floor(extract(epoch from clock_timestamp()) * 1000)::float8 as ms',
+    );
+    await client.query('commit');
+    const response = await patched;
+    expect(response.statusCode, response.body).toBe(200);
+    const updatedAt = Date.parse(response.json<{ updatedAt: string }>().updatedAt);
+    expect(updatedAt).toBeGreaterThanOrEqual(rows[0]?.ms ?? Number.POSITIVE_INFINITY);
+  });
 });
