@@ -516,7 +516,10 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
     db,
     'webhook_stats',
     sql`select
-          (select count(*) from (select 1 from webhook_deliveries where failed_at is null
+          -- Only what some replica may claim: a lapsed configured endpoint's wait for none.
+          (select count(*) from (select 1 from webhook_deliveries as d
+                                   join webhook_endpoints as e on e.id = d.endpoint_id
+                                  where d.failed_at is null and ${receiving}
                                   limit ${STATS_COUNT_LIMIT}) as p)::int4 as pending,
           (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
                                   limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
@@ -526,9 +529,8 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
                select next_attempt_at from webhook_deliveries
                 where endpoint_id = e.id and failed_at is null and next_attempt_at <= now()
                 order by next_attempt_at limit 1) as due
-            where not e.disabled) as oldest_due,
-          (select count(*) from webhook_endpoints as e
-            where not e.disabled and (not e.configured or e.declared_until > now()))::int4
+            where not e.disabled and ${receiving}) as oldest_due,
+          (select count(*) from webhook_endpoints as e where not e.disabled and ${receiving})::int4
             as receivers,
           (select count(*) from (select 1 from webhook_events
                                   limit ${STATS_COUNT_LIMIT}) as e)::int4 as events,
@@ -553,8 +555,8 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
       const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
       return {
         /**
-         * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
-         * receiving endpoint, counted up to STATS_COUNT_LIMIT.
+         * Deliveries to receiving endpoints not yet delivered nor failed, an event not yet fanned
+         * out counting once per receiving endpoint, counted up to STATS_COUNT_LIMIT.
          */
         pending: Math.min(pending, STATS_COUNT_LIMIT),
         /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */

@@ -368,6 +368,29 @@ describe('deliveries to endpoints', () => {
     expect(hook.requests).toHaveLength(0);
   });
 
+  it('counts no backlog for a configured endpoint that no replica declares any more', async () => {
+    const t = await app();
+    await t.dispatcher?.stop(0);
+    const [row] = await t.database.query<{ id: string }>(
+      `insert into webhook_endpoints (url, secret, configured, declared_until)
+       values ('http://127.0.0.1:9/lapsed', 'plain:whsec_unused', true, now() - interval '1 second')
+       returning id::text`,
+    );
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, next_attempt_at)
+       values (gen_random_uuid(), $1, '{}', now() - interval '1 hour')`,
+      [row?.id],
+    );
+    const upkeep = createUpkeep(t.appDatabase.db, { logRetentionS: 3600 });
+    expect(await upkeep.stats()).toStrictEqual({ pending: 0, failed: 0, oldestDueSeconds: 0 });
+    await t.database.query(
+      "update webhook_endpoints set declared_until = now() + interval '1 minute'",
+    );
+    const declared = await upkeep.stats();
+    expect(declared.pending).toBe(1);
+    expect(declared.oldestDueSeconds).toBeGreaterThanOrEqual(3600);
+  });
+
   it('sweeps attempts and failed deliveries older than WEBHOOK_LOG_RETENTION_S, and old keys past their grace', async () => {
     const t = await app();
     const id = await endpoint(t, 'http://127.0.0.1:9/hook', generateSecret());
