@@ -1,7 +1,14 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { givenUp, missedLog, NEXT_ENDPOINT, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
+import {
+  givenUp,
+  missedLog,
+  NEXT_ENDPOINT,
+  NEXT_EVENT,
+  SUBSCRIPTION_LOCKED,
+  subscriptionLockedIf,
+} from './endpoints.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];
@@ -48,6 +55,10 @@ const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_u
 
 /** Endpoints that receive: a configured one only while some running replica declares it. */
 const receiving = sql.raw('(not e.configured or e.declared_until > now())');
+/** A configured endpoint no running replica declares. */
+const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
+/** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
+const sinceIfLapsed = sql`case when ${lapsed} then ${NEXT_EVENT} else e.since_event end`;
 
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   return {
@@ -164,7 +175,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                           where e.configured and e.url = urls.url), ${NEXT_ENDPOINT})::text as id
           from unnest(${sql.placeholder('urls')}::text[]) as urls(url)`,
   );
-  // A URL declared for the first time takes the subscription lock, as any new endpoint does.
+  // A URL declared for the first time, or again after it lapsed, takes the subscription lock,
+  // as any new endpoint does.
   // A row whose key is not the one sealed for (another replica inserted it meanwhile) is left
   // as it is and its URL not returned, to be sealed again for that row.
   const declare = prepareStatement<{ url: string }>(
@@ -176,9 +188,11 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ),
         updated as (
           update webhook_endpoints as e
-             set secret = given.secret, updated_at = clock_timestamp(),
+             set secret = given.secret, updated_at = clock_timestamp(), since_event = ${sinceIfLapsed},
                  declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
-            from given
+            from given, ${subscriptionLockedIf(sql`select 1 from webhook_endpoints as e join given
+                                                     on e.configured and e.url = given.url
+                                                  where ${lapsed}`)}
            where e.configured and e.url = given.url and e.id = given.id
           returning e.id, e.url
         ),
@@ -203,11 +217,14 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     db,
     'webhook_declare_again',
     sql`with renewed as (
-          update webhook_endpoints
-             set declared_until = greatest(declared_until,
+          update webhook_endpoints as e
+             set since_event = ${sinceIfLapsed}, declared_until = greatest(e.declared_until,
                    now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond')
-           where configured and url = any(${sql.placeholder('urls')}::text[])
-          returning id, url
+            from ${subscriptionLockedIf(sql`select 1 from webhook_endpoints as e
+                                                where e.configured and ${lapsed}
+                                                  and e.url = any(${sql.placeholder('urls')}::text[])`)}
+           where e.configured and e.url = any(${sql.placeholder('urls')}::text[])
+          returning e.id, e.url
         )
         update webhook_deliveries as d set endpoint_id = renewed.id, url = null
           from renewed where d.url = renewed.url`,

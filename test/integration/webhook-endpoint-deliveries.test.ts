@@ -715,4 +715,43 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
     const updatedAt = Date.parse(response.json<{ updatedAt: string }>().updatedAt);
     expect(updatedAt).toBeGreaterThanOrEqual(rows[0]?.ms ?? Number.POSITIVE_INFINITY);
   });
+
+  it.each([
+    ['renewed', false],
+    ['declared again', true],
+  ])(
+    'takes back a lapsed configured endpoint, %s, once a create that found no receiver has committed',
+    async (_, seal) => {
+      const t = await app();
+      await t.dispatcher?.stop(0);
+      const url = 'http://127.0.0.1:9/lapsed';
+      const [row] = await t.database.query<{ id: string }>(
+        `insert into webhook_endpoints (url, secret, configured, declared_until)
+       values ($1, 'plain:whsec_unused', true, now() - interval '1 second') returning id::text`,
+        [url],
+      );
+      const client = await connection(t);
+      await client.query('begin');
+      await recordEvent(client, 80);
+      const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(1000, ENGINE_TIMING) });
+      const sealFor = seal
+        ? (key: string) => sealSecret(generateSecret(), [], secretOf(key))
+        : undefined;
+      let answered = false;
+      const declared = outbox.declare([url], sealFor, 60_000).then(() => {
+        answered = true;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(answered).toBe(false);
+      await client.query('commit');
+      await declared;
+      const [endpointAfter] = await t.database.query<{ receiving: boolean; moved: boolean }>(
+        `select declared_until > now() as receiving,
+              since_event >= (select last_value from webhook_events_id_seq) as moved
+         from webhook_endpoints where id = $1`,
+        [row?.id],
+      );
+      expect(endpointAfter).toStrictEqual({ receiving: true, moved: true });
+    },
+  );
 });
