@@ -61,6 +61,13 @@ const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
 export const SUBSCRIPTION_LOCKED = sql.raw(
   `(select pg_advisory_xact_lock(${SUBSCRIPTION_LOCK_KEY})) as subscription_locked`,
 );
+/**
+ * A one-row FROM item that takes the subscription lock when the query `rows` returns any: a
+ * configured endpoint that lapsed comes back as a new endpoint is made.
+ */
+export const subscriptionLockedIf = (rows: SQL) =>
+  sql`(select count(*) from (select pg_advisory_xact_lock(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
+                               from (${rows}) as rows limit 1) as locks) as subscription_locked`;
 /** Above every event recorded before the lock, below every one after it. */
 export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
 /** A new endpoint's row key, drawn before its insert: its secret is sealed for it. */
@@ -146,7 +153,7 @@ export function createEndpointStore(
                                         then null else disabled_reason end,
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
-                 updated_at = now()
+                 updated_at = clock_timestamp()
            where id = ${endpointKey} and not configured
           returning *
         ),
@@ -171,7 +178,7 @@ export function createEndpointStore(
            set previous_secret = secret,
                previous_secret_until = clock_timestamp() + ${sql.raw(`interval '${grace} seconds'`)},
                secret = ${placeholder('secret')}::text,
-               updated_at = now()
+               updated_at = clock_timestamp()
          where id = ${endpointKey} and not configured
         returning id::text`,
   );

@@ -106,7 +106,7 @@ export function createDispatcher(options: DispatcherOptions) {
     delivery.claimedAt <= (changedAt.get(delivery.endpoint.key) ?? Number.NEGATIVE_INFINITY);
 
   function release(delivery: ClaimedDelivery): void {
-    record({ kind: 'released', id: delivery.id, attempt: delivery.attempt });
+    record({ kind: 'released', id: delivery.id, claim: delivery.claim });
   }
 
   function pump(lane: Lane): void {
@@ -167,7 +167,7 @@ export function createDispatcher(options: DispatcherOptions) {
       attempt: delivery.attempt,
       ...(failure.status === undefined ? { error: failure.error } : { status: failure.status }),
     };
-    const base = { id: delivery.id, attempt: delivery.attempt, ...failure, ...logged };
+    const base = { id: delivery.id, claim: delivery.claim, ...failure, ...logged };
     if (step.kind === 'retry') {
       logger.warn({ ...context, retryInMs: step.delayMs }, 'webhook attempt failed; will retry');
       record({ kind: 'retry', ...base, delayMs: step.delayMs });

@@ -1,7 +1,14 @@
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
-import { givenUp, missedLog, NEXT_ENDPOINT, NEXT_EVENT, SUBSCRIPTION_LOCKED } from './endpoints.js';
+import {
+  givenUp,
+  missedLog,
+  NEXT_ENDPOINT,
+  NEXT_EVENT,
+  SUBSCRIPTION_LOCKED,
+  subscriptionLockedIf,
+} from './endpoints.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];
@@ -23,6 +30,8 @@ interface DeliveryRow {
   configured: boolean;
   body: string;
   attempts: number;
+  /** The row's count of claims, this one included, in decimal. */
+  claims: string;
   created_ms: number;
 }
 
@@ -34,13 +43,22 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
   traceparent: string | null;
 }
 
-/** The target of an endpoint's delivery, read beside it; the old key only within its grace. */
+/**
+ * The target of an endpoint's delivery, read beside it; the old key only within its grace. Its
+ * version is updated_at, which every change sets to clock_timestamp(): a change that waited for
+ * another change of the row reads it again after that one commits, so the last is the newest
+ * (now() is when its transaction began, which may be before the other's).
+ */
 const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
   e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
   (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
 
 /** Endpoints that receive: a configured one only while some running replica declares it. */
 const receiving = sql.raw('(not e.configured or e.declared_until > now())');
+/** A configured endpoint no running replica declares. */
+const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
+/** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
+const sinceIfLapsed = sql`case when ${lapsed} then ${NEXT_EVENT} else e.since_event end`;
 
 function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   return {
@@ -63,8 +81,10 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
     },
     /** The exact bytes to sign and send. */
     body: row.body,
-    /** This attempt's number, from 1; it fences the claim (see recordOutcomes). */
+    /** This attempt's number, from 1. */
     attempt: row.attempts,
+    /** The row's count of claims when this one was made: it fences the claim (see record). */
+    claim: row.claims,
     /** performance.now() when the claiming statement was sent: the claim ends leaseMs later. */
     claimedAt,
     /** When the event was recorded (ms since the epoch). */
@@ -96,9 +116,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ),
         written as (
           insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
-                                          next_attempt_at, failed_at, last_error)
+                                          claims, next_attempt_at, failed_at, last_error)
           select taken.event_id, e.id, taken.body, taken.created_at,
-                 case when e.disabled then 0 else 1 end,
+                 case when e.disabled then 0 else 1 end, case when e.disabled then 0 else 1 end,
                  case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
@@ -110,7 +130,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, ${endpointColumns}, taken.body,
-               1 as attempts, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
+               1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken
           left join written on written.event_id = taken.event_id and written.claimed
@@ -123,7 +143,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     'webhook_claim',
     sql`with claimed as (
           update webhook_deliveries
-             set attempts = attempts + 1, next_attempt_at = ${leaseEnd(leaseMs)}
+             set attempts = attempts + 1, claims = claims + 1,
+                 next_attempt_at = ${leaseEnd(leaseMs)}
            where id = any(array(
                    select due.id from webhook_endpoints as e
                     cross join lateral (
@@ -137,10 +158,10 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                       and (${sql.placeholder('only')}::int8 is null
                            or e.id = ${sql.placeholder('only')}::int8)
                       and e.id <> all(${sql.placeholder('busy')}::int8[])))
-          returning id, event_id, endpoint_id, body, attempts, created_at
+          returning id, event_id, endpoint_id, body, attempts, claims, created_at
         )
         select claimed.id::text as id, claimed.event_id::text as event_id,
-               ${endpointColumns}, claimed.body, claimed.attempts,
+               ${endpointColumns}, claimed.body, claimed.attempts, claimed.claims::text as claims,
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
   );
@@ -154,7 +175,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                           where e.configured and e.url = urls.url), ${NEXT_ENDPOINT})::text as id
           from unnest(${sql.placeholder('urls')}::text[]) as urls(url)`,
   );
-  // A URL declared for the first time takes the subscription lock, as any new endpoint does.
+  // A URL declared for the first time, or again after it lapsed, takes the subscription lock,
+  // as any new endpoint does.
   // A row whose key is not the one sealed for (another replica inserted it meanwhile) is left
   // as it is and its URL not returned, to be sealed again for that row.
   const declare = prepareStatement<{ url: string }>(
@@ -166,9 +188,11 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ),
         updated as (
           update webhook_endpoints as e
-             set secret = given.secret, updated_at = now(),
+             set secret = given.secret, updated_at = clock_timestamp(), since_event = ${sinceIfLapsed},
                  declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
-            from given
+            from given, ${subscriptionLockedIf(sql`select 1 from webhook_endpoints as e join given
+                                                     on e.configured and e.url = given.url
+                                                  where ${lapsed}`)}
            where e.configured and e.url = given.url and e.id = given.id
           returning e.id, e.url
         ),
@@ -193,11 +217,14 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     db,
     'webhook_declare_again',
     sql`with renewed as (
-          update webhook_endpoints
-             set declared_until = greatest(declared_until,
+          update webhook_endpoints as e
+             set since_event = ${sinceIfLapsed}, declared_until = greatest(e.declared_until,
                    now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond')
-           where configured and url = any(${sql.placeholder('urls')}::text[])
-          returning id, url
+            from ${subscriptionLockedIf(sql`select 1 from webhook_endpoints as e
+                                                where e.configured and ${lapsed}
+                                                  and e.url = any(${sql.placeholder('urls')}::text[])`)}
+           where e.configured and e.url = any(${sql.placeholder('urls')}::text[])
+          returning e.id, e.url
         )
         update webhook_deliveries as d set endpoint_id = renewed.id, url = null
           from renewed where d.url = renewed.url`,
@@ -289,11 +316,11 @@ export interface AttemptRecord {
 export type Outcome = (
   | /** Delivered: the row goes. */ { kind: 'delivered'; id: string }
   /** Failed; attempted again after `delayMs`. */
-  | { kind: 'retry'; id: string; attempt: number; delayMs: number; status?: number; error: string }
+  | { kind: 'retry'; id: string; claim: string; delayMs: number; status?: number; error: string }
   /** Given up: after the last attempt, or a 410. */
-  | { kind: 'failed'; id: string; attempt: number; status?: number; error: string }
+  | { kind: 'failed'; id: string; claim: string; status?: number; error: string }
   /** Claimed but not attempted (shutdown, or no free slot in time): due again at once. */
-  | { kind: 'released'; id: string; attempt: number }
+  | { kind: 'released'; id: string; claim: string }
 ) & {
   /** For an attempt made to an endpoint: what its attempt log and its health learn. */
   record?: AttemptRecord | undefined;
@@ -326,9 +353,9 @@ export function createOutcomeStatements(
     'webhook_delete_delivered',
     sql`delete from webhook_deliveries where id = any(${sql.placeholder('ids')}::int8[])`,
   );
-  // A null delay gives the delivery up. The attempt number fences the claim: if it expired and
-  // another process claimed the row again, this outcome is stale and matches nothing; so does
-  // one for a delivery given up meanwhile (its endpoint disabled), which only recover revives.
+  // A null delay gives the delivery up. The count of claims, which nothing resets, fences the
+  // claim: if it expired and another process claimed the row again, this outcome is stale and
+  // matches nothing; so does one for a delivery given up meanwhile (its endpoint disabled).
   const reschedule = prepareStatement(
     db,
     'webhook_reschedule',
@@ -337,10 +364,10 @@ export function createOutcomeStatements(
                failed_at = case when o.delay_ms is null then now() end,
                last_status = o.status,
                last_error = o.error
-          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[],
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
                       ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
-                      ${sql.placeholder('errors')}::text[]) as o(id, attempt, delay_ms, status, error)
-         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+                      ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error)
+         where d.id = o.id and d.claims = o.claim and d.failed_at is null`,
   );
   // Not attempted: the claim did not start an attempt, so it does not count as one.
   const release = prepareStatement(
@@ -348,9 +375,9 @@ export function createOutcomeStatements(
     'webhook_release',
     sql`update webhook_deliveries as d
            set next_attempt_at = now(), attempts = d.attempts - 1
-          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('attempts')}::int4[])
-            as o(id, attempt)
-         where d.id = o.id and d.attempts = o.attempt and d.failed_at is null`,
+          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[])
+            as o(id, claim)
+         where d.id = o.id and d.claims = o.claim and d.failed_at is null`,
   );
   // The attempt log, and each endpoint's health: a success ends its run of failures; a 410,
   // or failures for `disableAfterS`, disable it, and its pending deliveries fail with it, to be
@@ -405,7 +432,7 @@ export function createOutcomeStatements(
                  disabled_reason = case when not h.disable then null
                                         when h.gone then ${GONE_REASON}::text
                                         else ${sql.placeholder('failingReason')}::text end,
-                 updated_at = case when h.disable then now() else e.updated_at end
+                 updated_at = case when h.disable then clock_timestamp() else e.updated_at end
             from health as h
            where e.id = h.id
           returning e.id, e.disabled, e.disabled_reason
@@ -426,7 +453,7 @@ export function createOutcomeStatements(
         settled.length > 0 &&
           reschedule.execute({
             ids: settled.map((o) => o.id),
-            attempts: settled.map((o) => o.attempt),
+            claims: settled.map((o) => o.claim),
             delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
@@ -434,7 +461,7 @@ export function createOutcomeStatements(
         released.length > 0 &&
           release.execute({
             ids: released.map((o) => o.id),
-            attempts: released.map((o) => o.attempt),
+            claims: released.map((o) => o.claim),
           }),
       ]);
       // After the others: disabling an endpoint fails its pending deliveries, which the
@@ -506,7 +533,10 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
     db,
     'webhook_stats',
     sql`select
-          (select count(*) from (select 1 from webhook_deliveries where failed_at is null
+          -- Only what some replica may claim: a lapsed configured endpoint's wait for none.
+          (select count(*) from (select 1 from webhook_deliveries as d
+                                   join webhook_endpoints as e on e.id = d.endpoint_id
+                                  where d.failed_at is null and ${receiving}
                                   limit ${STATS_COUNT_LIMIT}) as p)::int4 as pending,
           (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
                                   limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
@@ -516,9 +546,8 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
                select next_attempt_at from webhook_deliveries
                 where endpoint_id = e.id and failed_at is null and next_attempt_at <= now()
                 order by next_attempt_at limit 1) as due
-            where not e.disabled) as oldest_due,
-          (select count(*) from webhook_endpoints as e
-            where not e.disabled and (not e.configured or e.declared_until > now()))::int4
+            where not e.disabled and ${receiving}) as oldest_due,
+          (select count(*) from webhook_endpoints as e where not e.disabled and ${receiving})::int4
             as receivers,
           (select count(*) from (select 1 from webhook_events
                                   limit ${STATS_COUNT_LIMIT}) as e)::int4 as events,
@@ -543,8 +572,8 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
       const pending = (row?.pending ?? 0) + (row?.events ?? 0) * (row?.receivers ?? 0);
       return {
         /**
-         * Deliveries not yet delivered nor failed, an event not yet fanned out counting once per
-         * receiving endpoint, counted up to STATS_COUNT_LIMIT.
+         * Deliveries to receiving endpoints not yet delivered nor failed, an event not yet fanned
+         * out counting once per receiving endpoint, counted up to STATS_COUNT_LIMIT.
          */
         pending: Math.min(pending, STATS_COUNT_LIMIT),
         /** Failed deliveries waiting for a redelivery, counted up to STATS_COUNT_LIMIT. */

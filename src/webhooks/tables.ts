@@ -91,6 +91,8 @@ export const webhookDeliveries = pgTable(
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     /** Attempts started (each claim starts one). */
     attempts: integer('attempts').notNull().default(0),
+    /** Claims made, never reset (a redelivery resets attempts): each outcome names its claim. */
+    claims: bigint('claims', { mode: 'bigint' }).notNull().default(sql`0`),
     /** When the next attempt may start; while an attempt runs, when its claim expires. */
     nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }).notNull().defaultNow(),
     /** Set when the delivery was given up: after the last attempt, on a 410, or never sent. */

@@ -5,8 +5,14 @@ import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { endpointIdOf } from '../../src/webhooks/ids.js';
 import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
-import { createOutcomeStatements, createUpkeep } from '../../src/webhooks/statements.js';
+import {
+  createOutbox,
+  createOutcomeStatements,
+  createUpkeep,
+} from '../../src/webhooks/statements.js';
+import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import {
@@ -362,6 +368,29 @@ describe('deliveries to endpoints', () => {
     expect(hook.requests).toHaveLength(0);
   });
 
+  it('counts no backlog for a configured endpoint that no replica declares any more', async () => {
+    const t = await app();
+    await t.dispatcher?.stop(0);
+    const [row] = await t.database.query<{ id: string }>(
+      `insert into webhook_endpoints (url, secret, configured, declared_until)
+       values ('http://127.0.0.1:9/lapsed', 'plain:whsec_unused', true, now() - interval '1 second')
+       returning id::text`,
+    );
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, next_attempt_at)
+       values (gen_random_uuid(), $1, '{}', now() - interval '1 hour')`,
+      [row?.id],
+    );
+    const upkeep = createUpkeep(t.appDatabase.db, { logRetentionS: 3600 });
+    expect(await upkeep.stats()).toStrictEqual({ pending: 0, failed: 0, oldestDueSeconds: 0 });
+    await t.database.query(
+      "update webhook_endpoints set declared_until = now() + interval '1 minute'",
+    );
+    const declared = await upkeep.stats();
+    expect(declared.pending).toBe(1);
+    expect(declared.oldestDueSeconds).toBeGreaterThanOrEqual(3600);
+  });
+
   it('sweeps attempts and failed deliveries older than WEBHOOK_LOG_RETENTION_S, and old keys past their grace', async () => {
     const t = await app();
     const id = await endpoint(t, 'http://127.0.0.1:9/hook', generateSecret());
@@ -624,12 +653,105 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
     });
     const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
     const written = statements.record([
-      { kind: 'released', id: '0', attempt: 1, record: record(deleted) },
-      { kind: 'released', id: '0', attempt: 1, record: record(kept) },
+      { kind: 'released', id: '0', claim: '1', record: record(deleted) },
+      { kind: 'released', id: '0', claim: '1', record: record(kept) },
     ]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     await client.query('commit');
     await written;
     expect((await attempts(t)).map((row) => row.endpoint_id)).toStrictEqual([kept]);
   });
+
+  it('leaves a claim made after a recover to its process when the claim before it ends late', async () => {
+    const t = await app({ timeoutMs: 30_000 });
+    await t.dispatcher?.stop(0);
+    const key = await endpoint(t, 'http://127.0.0.1:9/claimed', generateSecret());
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body) values ($1, $2, '{"id":1}')`,
+      [randomUUID(), key],
+    );
+    // The lease the app's own statements were prepared with: the same text on a shared connection.
+    const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(30_000, ENGINE_TIMING) });
+    const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
+    const [first] = await outbox.claim(10, key, []);
+    const change = (method: 'PATCH' | 'POST', url: string, body: unknown) =>
+      t.app.inject({
+        method,
+        url: `/webhooks/endpoints/${endpointIdOf(key)}${url}`,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        payload: JSON.stringify(body),
+      });
+    expect((await change('PATCH', '', { disabled: true })).statusCode).toBe(200);
+    expect((await change('PATCH', '', { disabled: false })).statusCode).toBe(200);
+    const since = new Date(Date.now() - 60_000).toISOString();
+    expect((await change('POST', '/recover', { since })).statusCode).toBe(202);
+    const [second] = await outbox.claim(10, key, []);
+    expect(second?.attempt).toBe(first?.attempt);
+    await statements.record([
+      { kind: 'retry', id: first?.id ?? '', claim: first?.claim ?? '', delayMs: 0, error: 'late' },
+    ]);
+    expect(await outbox.claim(10, key, [])).toStrictEqual([]);
+  });
+
+  it('versions a change that waited for another after that one, though it began before', async () => {
+    const t = await app();
+    const key = await endpoint(t, 'http://127.0.0.1:9/versioned', generateSecret());
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query("update webhook_endpoints set description = 'first' where id = $1", [key]);
+    const patched = t.app.inject({
+      method: 'PATCH',
+      url: `/webhooks/endpoints/${endpointIdOf(key)}`,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ description: 'second' }),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const { rows } = await client.query<{ ms: number }>(
+      'select floor(extract(epoch from clock_timestamp()) * 1000)::float8 as ms',
+    );
+    await client.query('commit');
+    const response = await patched;
+    expect(response.statusCode, response.body).toBe(200);
+    const updatedAt = Date.parse(response.json<{ updatedAt: string }>().updatedAt);
+    expect(updatedAt).toBeGreaterThanOrEqual(rows[0]?.ms ?? Number.POSITIVE_INFINITY);
+  });
+
+  it.each([
+    ['renewed', false],
+    ['declared again', true],
+  ])(
+    'takes back a lapsed configured endpoint, %s, once a create that found no receiver has committed',
+    async (_, seal) => {
+      const t = await app();
+      await t.dispatcher?.stop(0);
+      const url = 'http://127.0.0.1:9/lapsed';
+      const [row] = await t.database.query<{ id: string }>(
+        `insert into webhook_endpoints (url, secret, configured, declared_until)
+       values ($1, 'plain:whsec_unused', true, now() - interval '1 second') returning id::text`,
+        [url],
+      );
+      const client = await connection(t);
+      await client.query('begin');
+      await recordEvent(client, 80);
+      const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(1000, ENGINE_TIMING) });
+      const sealFor = seal
+        ? (key: string) => sealSecret(generateSecret(), [], secretOf(key))
+        : undefined;
+      let answered = false;
+      const declared = outbox.declare([url], sealFor, 60_000).then(() => {
+        answered = true;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(answered).toBe(false);
+      await client.query('commit');
+      await declared;
+      const [endpointAfter] = await t.database.query<{ receiving: boolean; moved: boolean }>(
+        `select declared_until > now() as receiving,
+              since_event >= (select last_value from webhook_events_id_seq) as moved
+         from webhook_endpoints where id = $1`,
+        [row?.id],
+      );
+      expect(endpointAfter).toStrictEqual({ receiving: true, moved: true });
+    },
+  );
 });
