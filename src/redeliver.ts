@@ -1,6 +1,8 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig } from './config.js';
+import { endOnBadInput, UsageError } from './command.js';
+import { loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
+import { failureForLog } from './db/errors.js';
 import { createLogger } from './logger.js';
 import { type RedeliveryFilter, redeliverFailed } from './webhooks/statements.js';
 
@@ -38,8 +40,6 @@ function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
   return { filter, dryRun: values['dry-run'] };
 }
 
-class UsageError extends Error {}
-
 // Sends failed webhook deliveries again and exits: `npm run webhooks:redeliver`.
 try {
   const { filter, dryRun } = readFilter();
@@ -58,18 +58,9 @@ try {
       await database.close();
     }
   } catch (error) {
-    logger.fatal({ err: error }, 'redelivery failed');
+    logger.fatal(failureForLog(error), 'redelivery failed');
     process.exitCode = 1;
   }
 } catch (error) {
-  if (
-    error instanceof UsageError ||
-    (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
-  ) {
-    process.stderr.write(`plant-store: ${(error as Error).message}\n${usage}\n`);
-    process.exitCode = 2;
-  } else if (error instanceof ConfigError) {
-    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
-    process.exitCode = 1;
-  } else throw error;
+  endOnBadInput(error, usage);
 }

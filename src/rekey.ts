@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { endOnBadInput, UsageError } from './command.js';
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
@@ -8,8 +9,6 @@ import { rekeySecrets } from './webhooks/rekey.js';
 const usage = `usage: npm run webhooks:rekey -- [--batch-size N]
 Seals every stored endpoint key anew under the first key of WEBHOOK_ENCRYPTION_KEYS, N endpoints
 (default 100, at most 10000) at a time, while the service runs; then the other keys can go.`;
-
-class UsageError extends Error {}
 
 function readBatchSize(): number {
   const { values } = parseArgs({
@@ -62,14 +61,5 @@ try {
     process.exitCode = 1;
   }
 } catch (error) {
-  if (
-    error instanceof UsageError ||
-    (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')
-  ) {
-    process.stderr.write(`plant-store: ${(error as Error).message}\n${usage}\n`);
-    process.exitCode = 2;
-  } else if (error instanceof ConfigError) {
-    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
-    process.exitCode = 1;
-  } else throw error;
+  endOnBadInput(error, usage);
 }
