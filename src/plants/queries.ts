@@ -57,7 +57,7 @@ export interface QueryOptions {
   textAsBytes: boolean;
   /**
    * Record a created event for each plant a statement really inserts, in that statement, through
-   * the SQL function record_created_events (which records them only while some subscriber
+   * the SQL function record_events (which records them only while some subscriber
    * receives them). Without it, the statements write plants only.
    */
   recordEvents?: boolean | undefined;
@@ -275,12 +275,12 @@ function eventStatements(db: Database, textAsBytes: boolean) {
   const input = sql`unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('names')}::text[],
                            ${sql.placeholder('tags')}::text[]) as input(id, name, tag)`;
   const recorded = (where: SQL) => sql`recorded as (
-    select record_created_events(array(
+    select record_events('newPlant', array(
              select offered.payload from written
                join unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('payloads')}::text[])
                  as offered(id, payload) on offered.id = written.id
               where ${where}),
-           ${sql.placeholder('traceContext')}::text, false) as count
+           ${sql.placeholder('traceContext')}::text) as count
   )`;
   const insertNew = prepareStatement<{ id: string; recorded: number }>(
     db,

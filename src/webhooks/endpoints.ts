@@ -12,6 +12,10 @@ export interface EndpointRow {
   description: string;
   disabled: boolean;
   disabledReason: string | null;
+  /** The event types it receives. */
+  events: string[];
+  /** Deliveries per second at most; null for no limit. */
+  rateLimit: number | null;
   /** Declared by WEBHOOK_URLS: the API cannot change it. */
   configured: boolean;
   /** RFC 3339, UTC, with milliseconds. */
@@ -36,6 +40,8 @@ interface NewEndpoint {
   url: string;
   description: string;
   disabled: boolean;
+  events: readonly string[];
+  rateLimit: number | null;
   secret?: string | undefined;
 }
 
@@ -49,13 +55,13 @@ const rfc3339 = (column: SQL) =>
 
 const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.url,
   ${table}.description, ${table}.disabled, ${table}.disabled_reason as "disabledReason",
-  ${table}.configured,
+  ${table}.events, ${table}.rate_limit as "rateLimit", ${table}.configured,
   ${rfc3339(sql`${table}.created_at`)} as "createdAt",
   ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
 
 const endpoints = sql.raw('webhook_endpoints');
 
-/** Held shared by each create while it records events (see record_created_events). */
+/** Held shared by each create while it records events (see record_events). */
 const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
 /** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
 export const SUBSCRIPTION_LOCKED = sql.raw(
@@ -117,10 +123,12 @@ export function createEndpointStore(
   const insert = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_create',
-    sql`insert into webhook_endpoints (id, url, description, disabled, secret, since_event)
+    sql`insert into webhook_endpoints (id, url, description, disabled, events, rate_limit, secret,
+                                       since_event)
         overriding system value
         select ${endpointKey}, ${placeholder('url')}::text, ${placeholder('description')}::text,
-               ${placeholder('disabled')}::boolean, ${placeholder('secret')}::text, ${NEXT_EVENT}
+               ${placeholder('disabled')}::boolean, ${placeholder('events')}::text[],
+               ${placeholder('rateLimit')}::int4, ${placeholder('secret')}::text, ${NEXT_EVENT}
           from ${SUBSCRIPTION_LOCKED}
         returning ${endpointColumns(endpoints)}`,
   );
@@ -137,7 +145,9 @@ export function createEndpointStore(
          -- Qualified: a bare \`id\` would order by the text alias ('10' < '9').
          order by webhook_endpoints.id limit ${placeholder('limit')}::int`,
   );
-  // Null leaves a field as it is. Disabling keeps the reason of an endpoint already disabled
+  // Null leaves a field as it is; `rateLimit` is changed only when `setRateLimit`, since null
+  // is a value of it (no limit). New event types take the subscription lock, as a new endpoint
+  // does: a change that no endpoint received until now is recorded from the answer on. Disabling keeps the reason of an endpoint already disabled
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
   // pending deliveries in the same statement (attempts already claimed: see
   // EngineTiming.startWindowMs).
@@ -149,13 +159,17 @@ export function createEndpointStore(
              set url = coalesce(${placeholder('url')}::text, url),
                  description = coalesce(${placeholder('description')}::text, description),
                  disabled = coalesce(${placeholder('disabled')}::boolean, disabled),
+                 events = coalesce(${placeholder('events')}::text[], events),
+                 rate_limit = case when ${placeholder('setRateLimit')}::boolean
+                                   then ${placeholder('rateLimit')}::int4 else rate_limit end,
                  disabled_reason = case when ${placeholder('disabled')}::boolean is false
                                         then null else disabled_reason end,
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
                  updated_at = clock_timestamp()
+            from ${subscriptionLockedIf(sql`select 1 where ${placeholder('events')}::text[] is not null`)}
            where id = ${endpointKey} and not configured
-          returning *
+          returning webhook_endpoints.*
         ),
         ${givenUp('select id from changed where disabled')}
         select ${endpointColumns(sql.raw('changed'))} from changed`,
@@ -224,7 +238,7 @@ export function createEndpointStore(
 
   return {
     /** A new endpoint, signed with `secret`, or a new key when it is absent. */
-    async create({ url, description, disabled, secret }: NewEndpoint) {
+    async create({ url, description, disabled, events, rateLimit, secret }: NewEndpoint) {
       const [next] = await nextKey.execute({});
       if (!next) throw new Error('the sequence of endpoint keys returned no value');
       const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(next.id));
@@ -233,6 +247,8 @@ export function createEndpointStore(
         url,
         description,
         disabled,
+        events: [...events],
+        rateLimit,
         secret: sealed,
       });
       if (!row) throw new Error('the insert of an endpoint returned no row');
@@ -249,12 +265,18 @@ export function createEndpointStore(
      * Applies a JSON merge patch. Enabling clears `disabledReason` and the failing run; disabling
      * gives up the pending deliveries (failed, "endpoint disabled"), which `recover` can send later.
      */
-    async patch(key: bigint, { url, description, disabled }: Partial<NewEndpoint>) {
+    async patch(
+      key: bigint,
+      { url, description, disabled, events, rateLimit }: Partial<NewEndpoint>,
+    ) {
       const values = {
         ...keyOf(key),
         url: url ?? null,
         description: description ?? null,
         disabled: disabled ?? null,
+        events: events === undefined ? null : [...events],
+        setRateLimit: rateLimit !== undefined,
+        rateLimit: rateLimit ?? null,
       };
       return (await update.execute(values))[0];
     },

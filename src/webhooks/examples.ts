@@ -15,6 +15,8 @@ const subscriber = {
   url: 'https://receiver.example.com/plants',
   description: 'Inventory of the greenhouse',
   disabled: false,
+  events: ['newPlant'],
+  rateLimit: null,
   createdAt: '2026-11-25T18:30:00.000Z',
   updatedAt: '2026-11-25T18:30:00.000Z',
 };
@@ -25,6 +27,8 @@ const gone = {
   description: '',
   disabled: true,
   disabledReason: 'the receiver answered 410 Gone',
+  events: ['newPlant', 'plantDeleted'],
+  rateLimit: 50,
   createdAt: '2026-11-20T09:00:00.000Z',
   updatedAt: '2026-11-24T12:00:05.123Z',
 };

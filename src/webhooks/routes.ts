@@ -7,6 +7,7 @@ import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
+import { DEFAULT_EVENT_TYPES } from './event-types.js';
 import { CONFIGURED_MESSAGE, DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
@@ -57,7 +58,9 @@ export async function endpointRoutes(
 
   api.post(BASE, { schema: operations.createWebhookEndpoint }, async (request, reply) => {
     const { url, description = '', disabled = false, secret } = request.body;
-    const row = await answered(endpoints().create({ url, description, disabled, secret }));
+    const { events = DEFAULT_EVENT_TYPES, rateLimit = null } = request.body;
+    const created = { url, description, disabled, events, rateLimit, secret };
+    const row = await answered(endpoints().create(created));
     changed(row.id);
     const endpoint = endpointOf(row);
     return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
@@ -105,8 +108,14 @@ export async function endpointRoutes(
         `${BASE}/:id`,
         { schema: operations.updateWebhookEndpoint, preValidation: readEndpointId },
         async (request) => {
-          const { url, description, disabled } = request.body;
-          const patch = { url, description: description === null ? '' : description, disabled };
+          const { url, description, disabled, events, rateLimit } = request.body;
+          const patch = {
+            url,
+            description: description === null ? '' : description,
+            disabled,
+            events,
+            rateLimit,
+          };
           const row = await answered(endpoints().patch(keyOfRequest(request), patch));
           if (!row) throw await notChangeable(request);
           changed(String(keyOfRequest(request)));

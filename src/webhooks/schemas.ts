@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Checked, Text, type TextOptions, textProblem } from '../kinds.js';
+import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from './event-types.js';
 import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.js';
 
 export const URL_MAX_LENGTH = 2048;
@@ -63,6 +64,45 @@ const newKey = (what: string) =>
     ),
   );
 
+/** The highest `rateLimit`, in deliveries per second. */
+export const RATE_LIMIT_MAX = 10_000;
+
+/** What is wrong with `value` as an endpoint's list of event types; undefined when nothing is. */
+function eventsProblem(value: unknown): string | undefined {
+  if (!Array.isArray(value)) return 'must be an array of event type names';
+  if (value.length === 0) return 'must name at least one event type';
+  const unknown = value.find((name) => !isEventTypeName(name));
+  if (unknown !== undefined) {
+    return `names an unknown event type ${JSON.stringify(unknown)}: one of ${EVENT_TYPE_NAMES.join(', ')}`;
+  }
+  if (new Set(value).size !== value.length) return 'must not name an event type twice';
+  return undefined;
+}
+
+const Events = (text: string) =>
+  Checked<EventTypeName[]>('EventTypes', eventsProblem, {
+    type: 'array',
+    items: { type: 'string', enum: [...EVENT_TYPE_NAMES] },
+    minItems: 1,
+    uniqueItems: true,
+    description: text,
+  });
+
+const rateLimitProblem = (value: unknown) =>
+  value === null ||
+  (typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= RATE_LIMIT_MAX)
+    ? undefined
+    : `must be an integer from 1 to ${RATE_LIMIT_MAX}, or null for no limit`;
+
+const RateLimit = (text: string) =>
+  Checked<number | null>('RateLimit', rateLimitProblem, {
+    type: ['integer', 'null'],
+    format: 'int32',
+    minimum: 1,
+    maximum: RATE_LIMIT_MAX,
+    description: text,
+  });
+
 const ENDPOINT_ID_PATTERN = '^ep_[0-9a-f]{16}$';
 const dateTime = (text: string) => Type.String({ format: 'date-time', description: text });
 
@@ -81,6 +121,13 @@ export const EndpointSchema = Type.Object(
           'Why the service disabled it (a 410 from the receiver, or failing too long); absent when it is enabled or was disabled through the API',
       }),
     ),
+    events: Type.Array(Type.String({ enum: [...EVENT_TYPE_NAMES] }), {
+      description: 'The event types it receives (see GET /webhooks/event-types)',
+    }),
+    rateLimit: Type.Union([Type.Integer({ format: 'int32' }), Type.Null()], {
+      description:
+        'Deliveries per second at most, by every replica together (the rest wait); null for no limit',
+    }),
     configured: Type.Optional(
       Type.Literal(true, {
         description:
@@ -106,6 +153,10 @@ export const NewEndpointSchema = Type.Object(
       Text({ ...description, description: `At most ${DESCRIPTION_MAX_LENGTH} characters; ""` }),
     ),
     disabled: Type.Optional(Type.Boolean({ description: 'Create it disabled; false' })),
+    events: Type.Optional(Events('The event types it receives; ["newPlant"]')),
+    rateLimit: Type.Optional(
+      RateLimit(`Deliveries per second at most, 1 to ${RATE_LIMIT_MAX}; null (no limit)`),
+    ),
     secret: newKey('Its signing key'),
   },
   { $id: 'NewEndpoint', description: 'An endpoint to create. Unknown properties are ignored' },
@@ -130,6 +181,8 @@ export const EndpointPatchSchema = Type.Object(
         description: 'true: it is sent nothing (its pending deliveries fail); false: enabled again',
       }),
     ),
+    events: Type.Optional(Events('The event types it receives from now on, all of them')),
+    rateLimit: Type.Optional(RateLimit('The new limit; null removes it')),
   },
   {
     $id: 'EndpointPatch',

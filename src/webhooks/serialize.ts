@@ -11,6 +11,8 @@ export function endpointOf(row: EndpointRow): Endpoint {
     description: row.description,
     disabled: row.disabled,
     ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
+    events: row.events as Endpoint['events'],
+    rateLimit: row.rateLimit,
     ...(row.configured && { configured: true as const }),
     createdAt: row.createdAt,
     updatedAt: row.updatedAt,

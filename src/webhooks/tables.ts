@@ -14,13 +14,15 @@ import {
 
 /**
  * Events recorded in the transaction of the write that made them, through the SQL function
- * record_created_events (see the migrations), one row per event however many subscribers there
+ * record_events (see the migrations), one row per event however many subscribers there
  * are. A dispatcher takes each one after the commit, writes its deliveries and deletes it.
  */
 export const webhookEvents = pgTable('webhook_events', {
   id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
   /** Sent as `webhook-id`: the same on every attempt and for every URL. */
   eventId: uuid('event_id').notNull().defaultRandom(),
+  /** Its type (see event-types.ts): an endpoint receives the types it lists in `events`. */
+  type: text('type').notNull().default('newPlant'),
   /** The exact bytes that are signed and sent. */
   body: text('body').notNull(),
   /** The W3C trace context of the statement that recorded it, when tracing was on. */
@@ -44,12 +46,23 @@ export const webhookEndpoints = pgTable(
     declaredUntil: timestamp('declared_until', { withTimezone: true }),
     /**
      * It receives the events whose row key is above this: a value of the events' sequence taken
-     * under the subscription lock (see record_created_events), so no event falls between.
+     * under the subscription lock (see record_events), so no event falls between.
      */
     sinceEvent: bigint('since_event', { mode: 'bigint' }).notNull().default(sql`0`),
     description: text('description').notNull().default(''),
     disabled: boolean('disabled').notNull().default(false),
     disabledReason: text('disabled_reason'),
+    /** The event types it receives. */
+    events: text('events').array().notNull().default(sql`'{newPlant}'::text[]`),
+    /** Attempts started per second at most, by every replica together; null for no limit. */
+    rateLimit: integer('rate_limit'),
+    /**
+     * With a rate limit: when the next attempt may start, the attempts already claimed spaced
+     * 1/rate_limit apart before it. Each claim reads and moves it under the row's lock.
+     */
+    pacedUntil: timestamp('paced_until', { withTimezone: true }),
+    /** Its custom headers, a JSON object of names and values, sealed as the secret is; null for none. */
+    headers: text('headers'),
     /** The signing key, sealed. */
     secret: text('secret').notNull(),
     /** The key before the last rotation, sealed: it signs too until `previous_secret_until`. */
@@ -88,6 +101,12 @@ export const webhookDeliveries = pgTable(
     }),
     /** The exact bytes that are signed and sent. */
     body: text('body').notNull(),
+    eventType: text('event_type').notNull().default('newPlant'),
+    /**
+     * Why it exists: `delivery` (the fan-out), `recover`, `resend` or `test`. Its first attempt
+     * is logged with it, later ones as `retry`.
+     */
+    trigger: text('trigger').notNull().default('delivery'),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     /** Attempts started (each claim starts one). */
     attempts: integer('attempts').notNull().default(0),
@@ -133,6 +152,11 @@ export const webhookAttempts = pgTable(
       .references(() => webhookEndpoints.id, { onDelete: 'cascade' }),
     eventId: uuid('event_id').notNull(),
     plantId: bigint('plant_id', { mode: 'bigint' }),
+    eventType: text('event_type').notNull().default('newPlant'),
+    /** `delivery`, `retry`, `recover`, `resend` or `test` (see webhookDeliveries.trigger). */
+    trigger: text('trigger').notNull().default('delivery'),
+    /** The bytes sent: what a resend of the event to the endpoint sends again. */
+    body: text('body'),
     succeeded: boolean('succeeded').notNull(),
     responseStatus: integer('response_status'),
     error: text('error'),
@@ -142,6 +166,8 @@ export const webhookAttempts = pgTable(
   (table) => [
     // An endpoint's log, newest first, is a backward range scan.
     index('webhook_attempts_endpoint_idx').on(table.endpointId, table.id),
+    // An event's attempts to an endpoint: what a resend sends.
+    index('webhook_attempts_event_idx').on(table.endpointId, table.eventId),
     index('webhook_attempts_attempted_at_idx').on(table.attemptedAt),
   ],
 );

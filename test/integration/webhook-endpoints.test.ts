@@ -179,6 +179,8 @@ describe('POST /webhooks/endpoints', () => {
       url: 'https://receiver.example.com/plants?x=1',
       description: 'greenhouse',
       disabled: false,
+      events: ['newPlant'],
+      rateLimit: null,
       createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
       updatedAt: endpoint.createdAt,
     });

@@ -95,6 +95,14 @@ export type Endpoint = {
      */
     disabledReason?: string;
     /**
+     * The event types it receives (see GET /webhooks/event-types)
+     */
+    events: Array<'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted'>;
+    /**
+     * Deliveries per second at most, by every replica together (the rest wait); null for no limit
+     */
+    rateLimit: number | null;
+    /**
      * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API
      */
     configured?: true;
@@ -125,6 +133,14 @@ export type NewEndpoint = {
      */
     disabled?: boolean;
     /**
+     * The event types it receives; ["newPlant"]
+     */
+    events?: Array<'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted'>;
+    /**
+     * Deliveries per second at most, 1 to 10000; null (no limit)
+     */
+    rateLimit?: number | null;
+    /**
      * Its signing key, `whsec_` and the base64 of 24 to 64 bytes; a new random one when absent
      */
     secret?: string;
@@ -146,6 +162,14 @@ export type EndpointPatch = {
      * true: it is sent nothing (its pending deliveries fail); false: enabled again
      */
     disabled?: boolean;
+    /**
+     * The event types it receives from now on, all of them
+     */
+    events?: Array<'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted'>;
+    /**
+     * The new limit; null removes it
+     */
+    rateLimit?: number | null;
 };
 
 /**
