@@ -46,17 +46,26 @@ export interface Session {
   postmaster: number | undefined;
   work: string;
   signal: AbortSignal;
+  /** The checkout whose dist/ the service runs from: this one, or BENCH_BEFORE_BUILD. */
+  root: string;
+  /** The session of the @before targets, once opened (see openBeforeSession). */
+  before?: Session;
+}
+
+/** A new database on the server, and its URL. */
+async function createDatabase(admin: pg.Client, serverUrl: string) {
+  const database = `plant_store_bench_${randomBytes(4).toString('hex')}`;
+  await admin.query(`create database ${database}`);
+  const url = new URL(serverUrl);
+  url.pathname = `/${database}`;
+  return { database, databaseUrl: url.toString() };
 }
 
 /** Creates the run's database on the server. */
 export async function openSession(options: BenchOptions, signal: AbortSignal): Promise<Session> {
   const admin = new pg.Client({ connectionString: options.databaseUrl });
   await admin.connect();
-  const database = `plant_store_bench_${randomBytes(4).toString('hex')}`;
-  await admin.query(`create database ${database}`);
-  const url = new URL(options.databaseUrl);
-  url.pathname = `/${database}`;
-  const databaseUrl = url.toString();
+  const { database, databaseUrl } = await createDatabase(admin, options.databaseUrl);
   // A server elsewhere has pids of its own: the backend's parent must be a postgres here too.
   const { rows } = await admin.query<{ pid: number }>('select pg_backend_pid() as pid');
   const backend = rows[0]?.pid ?? 0;
@@ -66,11 +75,21 @@ export async function openSession(options: BenchOptions, signal: AbortSignal): P
     admin,
     database,
     databaseUrl,
+    root: projectRoot,
     token: randomBytes(32).toString('base64url'),
     postmaster: parent && processName(parent) === 'postgres' ? parent : undefined,
     work: mkdtempSync(join(tmpdir(), 'plant-store-bench-')),
     signal,
   };
+}
+
+/**
+ * The session of the build at `root`, on a database of its own: each build migrates its own, so
+ * that the earlier one runs on its own schema, not on functions a later migration replaced.
+ */
+export async function openBeforeSession(session: Session, root: string): Promise<Session> {
+  const database = await createDatabase(session.admin, session.options.databaseUrl);
+  return { ...session, ...database, root, before: undefined };
 }
 
 /** Runs `work` with a client of the run's database. */
@@ -93,17 +112,22 @@ export function plantIds(): () => bigint {
 
 export const plantBody = (id: bigint) => `{"id":${id},"name":"${PLANT_NAME}","tag":"${PLANT_TAG}"}`;
 
-/** `count` plants stored for the reads, ids `step` apart over int64, with fresh statistics. */
-export async function storePlants(session: Session, count: number) {
-  const step = (2n ** 63n - 1n) / BigInt(count);
+/** `count` plants, ids `first`, `first + step` and so on, with fresh statistics. */
+export async function insertPlants(session: Session, count: number, first: bigint, step: bigint) {
   await withClient(session, async (client) => {
     await client.query(
       `insert into plants (id, name, tag)
-         select g * $2::int8, $3, $4 from generate_series(1, $1::int) g`,
-      [count, String(step), PLANT_NAME, PLANT_TAG],
+         select $2::int8 + g * $3::int8, $4, $5 from generate_series(0, $1::int - 1) g`,
+      [count, String(first), String(step), PLANT_NAME, PLANT_TAG],
     );
     await client.query('vacuum analyze plants');
   });
+}
+
+/** `count` plants stored for the reads, ids `step` apart over int64. */
+export async function storePlants(session: Session, count: number) {
+  const step = (2n ** 63n - 1n) / BigInt(count);
+  await insertPlants(session, count, step, step);
   return { count, step };
 }
 
@@ -125,19 +149,20 @@ export const shippedNodeOptions =
   /NODE_OPTIONS="([^"]*)"/.exec(readFileSync(join(projectRoot, 'Dockerfile'), 'utf8'))?.[1] ?? '';
 
 /**
- * `node <entry>` (dist/server.js unless named), with the shipped V8 flags, on the run's database with its token, on a free
- * loopback port; `env` adds to that. Resolves once it answers /readyz 200.
+ * `node <entry>` (the session's build's dist/server.js unless named), with the shipped V8 flags,
+ * on the session's database with its token, on a free loopback port; `env` adds to that.
+ * Resolves once it answers /readyz 200.
  */
 export async function startService(
   session: Session,
   name: string,
   env: Record<string, string>,
-  entry = join(projectRoot, 'dist', 'server.js'),
+  entry = join(session.root, 'dist', 'server.js'),
 ): Promise<Service> {
   const logFile = join(session.work, `${name}.log`);
   const log = openSync(logFile, 'w');
   const child = spawn(process.execPath, [entry], {
-    cwd: projectRoot,
+    cwd: session.root,
     env: {
       PATH: process.env.PATH ?? '',
       NODE_OPTIONS: shippedNodeOptions,

@@ -1,4 +1,5 @@
-import { isAbsolute, join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { isAbsolute, join, resolve } from 'node:path';
 
 /** What `npm run bench -- <suite>` measures; `targets` when none is named. */
 export const SUITES = ['targets', 'soak'] as const;
@@ -6,11 +7,19 @@ export type Suite = (typeof SUITES)[number];
 
 /** The targets run unless BENCH_TARGETS names others (service+endpoints-N among them). */
 const DEFAULT_TARGETS = ['floor', 'service', 'service+webhooks', 'get-by-id', 'get-page'];
-const TARGET = /^(floor|service|service\+webhooks|service\+endpoints-\d+|get-by-id|get-page)$/;
+/** A service target with `@before` runs the build at BENCH_BEFORE_BUILD instead of this one. */
+const TARGET =
+  /^(floor|(service|service\+webhooks|service\+endpoints-\d+|get-by-id|get-page|delete)(@before)?)$/;
+
+/** A target's name without its build, and whether it runs the build at BENCH_BEFORE_BUILD. */
+export function buildOf(target: string): { kind: string; before: boolean } {
+  const [kind = target, build] = target.split('@');
+  return { kind, before: build === 'before' };
+}
 
 /** The webhook endpoints a service+endpoints-N target subscribes; undefined for the others. */
 export function endpointsOf(target: string): number | undefined {
-  const match = /^service\+endpoints-(\d+)$/.exec(target);
+  const match = /^service\+endpoints-(\d+)$/.exec(buildOf(target).kind);
   return match ? Number(match[1]) : undefined;
 }
 
@@ -25,6 +34,8 @@ export interface BenchOptions {
   /** Requests per second each load is held at; undefined: as many as answered. */
   rate: number | undefined;
   targets: string[];
+  /** Another checkout, built, whose dist/ the `@before` targets run; undefined: none. */
+  beforeBuild: string | undefined;
   /** Plants stored before the runs, for the reads. */
   readPlants: number;
   /** soak: rounds, the share of creates that replay one (%), and what it sends. */
@@ -87,6 +98,17 @@ export function readOptions(env: NodeJS.ProcessEnv, args: string[], root: string
   const targets = list(get('BENCH_TARGETS', DEFAULT_TARGETS.join(',')));
   const unknown = targets.find((target) => !TARGET.test(target));
   if (unknown) throw new OptionsError(`BENCH_TARGETS: unknown target "${unknown}"`);
+  const before = get('BENCH_BEFORE_BUILD', '');
+  const beforeBuild = before === '' ? undefined : resolve(root, before);
+  if (beforeBuild === undefined && targets.some((target) => buildOf(target).before)) {
+    throw new OptionsError('BENCH_TARGETS: an @before target needs BENCH_BEFORE_BUILD');
+  }
+  const missing = ['server.js', 'migrate.js'].find(
+    (file) => beforeBuild !== undefined && !existsSync(join(beforeBuild, 'dist', file)),
+  );
+  if (missing) {
+    throw new OptionsError(`BENCH_BEFORE_BUILD: no dist/${missing} (npm run build there)`);
+  }
   const replayPercent = integer('BENCH_REPLAY_PERCENT', get('BENCH_REPLAY_PERCENT', '5'), 0);
   if (replayPercent > 100) throw new OptionsError('BENCH_REPLAY_PERCENT must be at most 100');
   const results = get('BENCH_RESULTS_DIR', join('bench', 'results'));
@@ -104,6 +126,7 @@ export function readOptions(env: NodeJS.ProcessEnv, args: string[], root: string
     warmupSeconds: integer('BENCH_WARMUP_SECONDS', get('BENCH_WARMUP_SECONDS', defaults.warmup), 0),
     rate: rate === '' ? undefined : integer('BENCH_RATE', rate),
     targets: [...new Set(targets)],
+    beforeBuild,
     readPlants: integer('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
     rounds: integer('BENCH_ROUNDS', get('BENCH_ROUNDS', '6')),
     replayPercent,

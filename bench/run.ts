@@ -1,16 +1,24 @@
 // `npm run bench -- [suite]`: creates a database of its own on the PostgreSQL at
 // BENCH_DATABASE_URL (dropped however the run ends), runs the suite named by the first argument
 // or BENCH_SUITE, and writes its report to BENCH_RESULTS_DIR (bench/results):
-// - targets (the default): creates and reads of the service against bare Fastify, with and
-//   without webhook deliveries, at each concurrency level (latest.md);
+// - targets (the default): creates, reads and deletes of the service against bare Fastify, with
+//   and without webhook deliveries, at each concurrency level, and of another build of the
+//   service where BENCH_BEFORE_BUILD names one (latest.md);
 // - soak: minutes of mixed load, the service's memory over them (soak.md).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { openSession, projectRoot, running, type Session, say } from './harness.js';
-import { type BenchOptions, OptionsError, readOptions } from './options.js';
+import {
+  openBeforeSession,
+  openSession,
+  projectRoot,
+  running,
+  type Session,
+  say,
+} from './harness.js';
+import { type BenchOptions, buildOf, OptionsError, readOptions } from './options.js';
 import { soakSuite } from './soak.js';
 import { targetsSuite } from './targets.js';
 
@@ -24,10 +32,24 @@ async function cleanUp(options: BenchOptions): Promise<void> {
   rmSync(session.work, { recursive: true, force: true });
   const admin = new pg.Client({ connectionString: options.databaseUrl });
   await admin.connect();
-  await admin.query(`drop database if exists ${session.database} with (force)`);
+  for (const { database } of [session, ...(session.before ? [session.before] : [])]) {
+    await admin.query(`drop database if exists ${database} with (force)`);
+    say(`dropped database ${database}`);
+  }
   await admin.end();
-  say(`dropped database ${session.database}`);
 }
+
+/** Migrates the session's database with its own build's dist/migrate.js. */
+function migrate(built: Session) {
+  say(`created database ${built.database}; migrating it with ${built.root}`);
+  execFileSync(process.execPath, [join(built.root, 'dist', 'migrate.js')], {
+    env: { PATH: process.env.PATH ?? '', DATABASE_URL: built.databaseUrl, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+}
+
+const revisionOf = (root: string) =>
+  execFileSync('git', ['describe', '--always', '--dirty'], { cwd: root }).toString().trim();
 
 /** The command as typed: the BENCH_* variables set (passwords hidden), then npm's or node's. */
 function commandLine(args: string[]): string {
@@ -47,11 +69,12 @@ async function bench(options: BenchOptions): Promise<number> {
   const date = new Date().toISOString();
   const load = loadavg().map((value) => value.toFixed(2));
   session = await openSession(options, abort.signal);
-  say(`created database ${session.database}; migrating it`);
-  execFileSync(process.execPath, [join(projectRoot, 'dist', 'migrate.js')], {
-    env: { PATH: process.env.PATH ?? '', DATABASE_URL: session.databaseUrl, LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  migrate(session);
+  const compared = options.suite === 'targets' && options.targets.some((t) => buildOf(t).before);
+  if (compared && options.beforeBuild !== undefined) {
+    session.before = await openBeforeSession(session, options.beforeBuild);
+    migrate(session.before);
+  }
   const suite = options.suite === 'soak' ? soakSuite : targetsSuite;
   const report = await suite(session);
   // An interrupted run leaves the last results file alone rather than write a partial one.
@@ -59,13 +82,13 @@ async function bench(options: BenchOptions): Promise<number> {
   const { rows } = await session.admin.query<{ v: string }>(
     "select current_setting('server_version') as v",
   );
-  const revision = execFileSync('git', ['describe', '--always', '--dirty'], { cwd: projectRoot });
   const machine = {
     cpu: `${availableParallelism()} × ${cpus()[0]?.model ?? 'unknown'}`,
     'load average at start': load.join(', '),
     node: process.version,
     postgres: rows[0]?.v ?? 'unknown',
-    revision: revision.toString().trim(),
+    revision: revisionOf(projectRoot),
+    ...(session.before && { 'revision of the @before targets': revisionOf(session.before.root) }),
   };
   mkdirSync(options.resultsFolder, { recursive: true });
   const file = join(options.resultsFolder, options.suite === 'soak' ? 'soak.md' : 'latest.md');

@@ -5,7 +5,10 @@
 // - service: dist/server.js as shipped, creating plants;
 // - service+webhooks: the same with WEBHOOK_URLS at a receiver on loopback (receiver.ts);
 // - service+endpoints-N: the same receiver through N webhook endpoints instead;
-// - get-by-id, get-page: the service reading plants stored beforehand, by id and 100 at a time.
+// - get-by-id, get-page: the service reading plants stored beforehand, by id and 100 at a time;
+// - delete: the service deleting plants stored beforehand for it, each once;
+// - any of the service's targets with `@before`: the same, from the build at BENCH_BEFORE_BUILD
+//   on a database of its own, so that one run compares two builds.
 // It reports, per answer, the CPU of the target's process, of PostgreSQL and of the machine, and
 // for the webhook targets how soon each plant reached every subscriber after its commit.
 import { randomBytes } from 'node:crypto';
@@ -14,6 +17,7 @@ import {
   benchFolder,
   type CpuUse,
   fixed,
+  insertPlants,
   markdownTable,
   measure,
   mebibytes,
@@ -29,10 +33,22 @@ import {
   storePlants,
   withClient,
 } from './harness.js';
-import { type LoadResult, runLoad } from './load.js';
-import { endpointsOf } from './options.js';
+import { type LoadRequest, type LoadResult, runLoad } from './load.js';
+import { buildOf, endpointsOf } from './options.js';
 
 const PAGE_SIZE = 100;
+/**
+ * Deletes per second no build reaches on these machines (each is a commit of its own): a delete
+ * target without BENCH_RATE stores that many plants per second of its load. Should one run out,
+ * its 404s are counted as errors.
+ */
+const DELETES_PER_SECOND_CEILING = 30_000;
+
+/** The plants a delete target stores for itself: ids `first` to `first + count - 1`. */
+interface Deletable {
+  first: bigint;
+  count: number;
+}
 
 interface Deliveries {
   subscribers: number;
@@ -128,6 +144,43 @@ const subscribe = (session: Session, url: string, count: number) =>
     );
   });
 
+/** A plant for every request of a delete target's warm-up and load, and some to spare. */
+async function storeDeletable(session: Session, connections: number): Promise<Deletable> {
+  const { options } = session;
+  const seconds = options.warmupSeconds + options.durationSeconds;
+  const rate = options.rate ?? DELETES_PER_SECOND_CEILING;
+  const count = Math.ceil(seconds * rate * 1.1) + connections;
+  const first = plantIds()();
+  say(`  storing ${count} plants to delete`);
+  await insertPlants(session, count, first, 1n);
+  return { first, count };
+}
+
+/** The requests of a target: a new plant, a stored one, a page, or a stored plant to delete. */
+function requestsOf(
+  kind: string,
+  stored: { count: number; step: bigint },
+  deletable: Deletable | undefined,
+): () => LoadRequest {
+  const random = (below: number) => BigInt(Math.floor(Math.random() * below));
+  if (kind === 'get-by-id') {
+    return () => ({ method: 'GET', path: `/plants/${(random(stored.count) + 1n) * stored.step}` });
+  }
+  if (kind === 'get-page') {
+    return () => ({
+      method: 'GET',
+      path: `/plants?limit=${PAGE_SIZE}&after=${random(stored.count - PAGE_SIZE) * stored.step}`,
+    });
+  }
+  if (deletable) {
+    let id = deletable.first;
+    return () => ({ method: 'DELETE', path: `/plants/${id++}` });
+  }
+  const nextId = plantIds();
+  return () => ({ method: 'POST', path: '/plants', body: plantBody(nextId()) });
+}
+
+/** Runs one target on the session of its build. */
 async function runTarget(
   session: Session,
   target: string,
@@ -135,8 +188,9 @@ async function runTarget(
   stored: { count: number; step: bigint },
 ): Promise<Run> {
   const { options } = session;
+  const { kind } = buildOf(target);
   const endpoints = endpointsOf(target);
-  const subscribers = target === 'service+webhooks' ? 1 : endpoints;
+  const subscribers = kind === 'service+webhooks' ? 1 : endpoints;
   const receiver = subscribers === undefined ? undefined : await startReceiver();
   const env: Record<string, string> =
     endpoints !== undefined
@@ -147,7 +201,8 @@ async function runTarget(
             WEBHOOK_SECRET: `whsec_${randomBytes(32).toString('base64')}`,
           }
         : {};
-  const entry = target === 'floor' ? join(benchFolder, 'floor.js') : undefined;
+  const entry = kind === 'floor' ? join(benchFolder, 'floor.js') : undefined;
+  const deletable = kind === 'delete' ? await storeDeletable(session, connections) : undefined;
   const startedAt = Date.now();
   const service = await startService(session, `${target}-${connections}`, env, entry);
   try {
@@ -155,20 +210,7 @@ async function runTarget(
     if (receiver && endpoints !== undefined) await subscribe(session, receiver.url, endpoints);
     await withClient(session, (client) => client.query('vacuum analyze plants'));
     await session.admin.query('checkpoint');
-    const random = (below: number) => BigInt(Math.floor(Math.random() * below));
-    const nextId = plantIds();
-    const next =
-      target === 'get-by-id'
-        ? () => ({
-            method: 'GET' as const,
-            path: `/plants/${(random(stored.count) + 1n) * stored.step}`,
-          })
-        : target === 'get-page'
-          ? () => ({
-              method: 'GET' as const,
-              path: `/plants?limit=${PAGE_SIZE}&after=${random(stored.count - PAGE_SIZE) * stored.step}`,
-            })
-          : () => ({ method: 'POST' as const, path: '/plants', body: plantBody(nextId()) });
+    const next = requestsOf(kind, stored, deletable);
     const { token, signal } = session;
     const common = {
       baseUrl: service.baseUrl,
@@ -199,6 +241,15 @@ async function runTarget(
     if (endpoints !== undefined) {
       await withClient(session, (client) => client.query('truncate webhook_endpoints cascade'));
     }
+    // Nor with the plants a delete target left.
+    if (deletable) {
+      await withClient(session, (client) =>
+        client.query('delete from plants where id between $1::int8 and $2::int8', [
+          String(deletable.first),
+          String(deletable.first + BigInt(deletable.count - 1)),
+        ]),
+      );
+    }
   }
 }
 
@@ -228,11 +279,16 @@ function levelTables(runs: Run[], connections: number): string {
   };
   const ratio = (a: number | undefined, b: number | undefined) =>
     a === undefined || b === undefined ? '-' : (a / b).toFixed(2);
+  // Each @before target against the same target of this build.
+  const builds = at
+    .filter((run) => buildOf(run.target).before)
+    .map((run) => [buildOf(run.target).kind, run.target]);
   const ratios = [
     ['service', 'floor'],
     ['get-by-id', 'service'],
     ['get-page', 'service'],
     ['service+webhooks', 'service'],
+    ...builds,
   ]
     .map(([a = '', b = '']) => [
       `${a} / ${b}`,
@@ -282,6 +338,7 @@ export async function targetsSuite(session: Session): Promise<SuiteReport> {
   const { options } = session;
   say(`storing ${options.readPlants} plants for the reads`);
   const stored = await storePlants(session, options.readPlants);
+  if (session.before) await storePlants(session.before, options.readPlants);
   const runs: Run[] = [];
   let failed = false;
   for (const connections of options.connections) {
@@ -289,7 +346,9 @@ export async function targetsSuite(session: Session): Promise<SuiteReport> {
     for (const target of options.targets) {
       if (session.signal.aborted) throw new Error('interrupted');
       try {
-        const run = await runTarget(session, target, connections, stored);
+        const build = buildOf(target).before ? session.before : session;
+        if (!build) throw new Error('no session for the build at BENCH_BEFORE_BUILD');
+        const run = await runTarget(build, target, connections, stored);
         runs.push(run);
         say(
           `  ${target}: ${fixed(run.throughput, 0)}/s, p99 ${fixed(run.p99Ms, 2)} ms, ` +
@@ -303,9 +362,12 @@ export async function targetsSuite(session: Session): Promise<SuiteReport> {
     }
   }
   const rate = options.rate === undefined ? 'as fast as answered' : `${options.rate} requests/s`;
+  const before = session.before
+    ? ` Targets marked @before ran the service built at ${session.before.root}, on a database of its own that build migrated.`
+    : '';
   return {
     title: 'Plant Store benchmark',
-    body: `Each target ran ${options.warmupSeconds} s of warm-up, then ${options.durationSeconds} s measured, ${rate}, from autocannon in the harness's process; ${PLANT_NAME} plants with fresh ids for creates, ${options.readPlants} plants stored beforehand for the reads (a page is ${PAGE_SIZE} of them). CPU is per 2xx answer: of the target's process, of every PostgreSQL process together (without other databases' client backends), and of the whole machine. Commit to delivery runs from the plant's created_at to the first delivery's arrival at the receiver.
+    body: `Each target ran ${options.warmupSeconds} s of warm-up, then ${options.durationSeconds} s measured, ${rate}, from autocannon in the harness's process; ${PLANT_NAME} plants with fresh ids for creates, ${options.readPlants} plants stored beforehand for the reads (a page is ${PAGE_SIZE} of them), plants stored beforehand for each delete target, each deleted once (a 404 is an error).${before} CPU is per 2xx answer: of the target's process, of every PostgreSQL process together (without other databases' client backends), and of the whole machine. Commit to delivery runs from the plant's created_at to the first delivery's arrival at the receiver.
 
 ${options.connections.map((connections) => levelTables(runs, connections)).join('\n\n')}`,
     failed,
