@@ -140,7 +140,7 @@ export const EndpointSchema = Type.Object(
     configured: Type.Optional(
       Type.Literal(true, {
         description:
-          'Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API',
+          'Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate, secret and PUT headers answer 409; absent for endpoints made through the API',
       }),
     ),
     createdAt: dateTime('When it was created (RFC 3339, UTC)'),

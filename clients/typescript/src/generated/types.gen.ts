@@ -103,7 +103,7 @@ export type Endpoint = {
      */
     rateLimit: number | null;
     /**
-     * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API
+     * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate, secret and PUT headers answer 409; absent for endpoints made through the API
      */
     configured?: true;
     /**
