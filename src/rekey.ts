@@ -7,8 +7,9 @@ import { createLogger } from './logger.js';
 import { rekeySecrets } from './webhooks/rekey.js';
 
 const usage = `usage: npm run webhooks:rekey -- [--batch-size N]
-Seals every stored endpoint key anew under the first key of WEBHOOK_ENCRYPTION_KEYS, N endpoints
-(default 100, at most 10000) at a time, while the service runs; then the other keys can go.`;
+Seals every stored endpoint key and set of custom headers anew under the first key of
+WEBHOOK_ENCRYPTION_KEYS, N endpoints (default 100, at most 10000) at a time, while the service
+runs; then the other keys can go.`;
 
 function readBatchSize(): number {
   const { values } = parseArgs({
@@ -28,7 +29,8 @@ function readBatchSize(): number {
   return size;
 }
 
-// Re-seals endpoint keys under the first encryption key and exits: `npm run webhooks:rekey`.
+// Re-seals endpoint keys and custom headers under the first encryption key and exits:
+// `npm run webhooks:rekey`.
 try {
   const batchSize = readBatchSize();
   const config = loadConfig(process.env, { requireTokens: false });
@@ -41,15 +43,17 @@ try {
   try {
     const database = await openCommandDatabase(config.database);
     try {
-      const { keyId, resealed, unreadable } = await rekeySecrets(
+      const { keyId, resealed, resealedHeaders, unreadable } = await rekeySecrets(
         database.db,
         config.webhooks.encryptionKeys,
         batchSize,
       );
-      process.stdout.write(`${resealed} stored keys re-sealed under the key "${keyId}"\n`);
+      process.stdout.write(
+        `${resealed} stored keys and ${resealedHeaders} sets of custom headers re-sealed under the key "${keyId}"\n`,
+      );
       if (unreadable.length > 0) {
         process.stderr.write(
-          `plant-store: ${unreadable.length} endpoints have a stored key that opens under no key of WEBHOOK_ENCRYPTION_KEYS, left as it is: ${unreadable.join(', ')}\n`,
+          `plant-store: ${unreadable.length} endpoints have a stored key or custom headers that open under no key of WEBHOOK_ENCRYPTION_KEYS, left as they are: ${unreadable.join(', ')}\n`,
         );
         process.exitCode = 1;
       }

@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { INT64_MAX } from '../kinds.js';
+import { type CustomHeaders, openHeaders, sealHeaders } from './custom-headers.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
@@ -196,6 +197,20 @@ export function createEndpointStore(
          where id = ${endpointKey} and not configured
         returning id::text`,
   );
+  const selectHeaders = prepareStatement<{ configured: boolean; headers: string | null }>(
+    db,
+    'webhook_endpoint_headers',
+    sql`select configured, headers from webhook_endpoints where id = ${endpointKey}`,
+  );
+  // A new version, as every change has: the lanes open the headers again (see sending.ts).
+  const replaceHeaders = prepareStatement<{ id: string }>(
+    db,
+    'webhook_endpoint_set_headers',
+    sql`update webhook_endpoints
+           set headers = ${placeholder('headers')}::text, updated_at = clock_timestamp()
+         where id = ${endpointKey} and not configured
+        returning id::text`,
+  );
   // One row with null columns when the endpoint has no such attempt; none when it does not exist.
   const attemptPage = prepareStatement<AttemptRow>(
     db,
@@ -293,6 +308,21 @@ export function createEndpointStore(
     async rotate(key: bigint, secret?: string) {
       const sealed = sealSecret(secret ?? generateSecret(), encryptionKeys, secretOf(key));
       return (await rotation.execute({ ...keyOf(key), secret: sealed })).length > 0;
+    },
+    /**
+     * The custom headers sent with its deliveries, opened ({} for a configured endpoint, which
+     * has none); undefined when there is no such endpoint. Throws SecretUnavailableError when
+     * they cannot be opened.
+     */
+    async headers(key: bigint): Promise<CustomHeaders | undefined> {
+      const [row] = await selectHeaders.execute(keyOf(key));
+      if (!row) return undefined;
+      return row.configured ? {} : openHeaders(row.headers, encryptionKeys, key.toString());
+    },
+    /** Replaces its custom headers ({} removes them all); false when there is none to change. */
+    async setHeaders(key: bigint, headers: CustomHeaders) {
+      const sealed = sealHeaders(headers, encryptionKeys, key.toString());
+      return (await replaceHeaders.execute({ ...keyOf(key), headers: sealed })).length > 0;
     },
     /**
      * Up to `limit` attempts older than `before` (a key), newest first; only those that succeeded

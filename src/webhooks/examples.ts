@@ -111,12 +111,38 @@ export const endpointExamples = {
     lastDay: { summary: 'Since a time', value: { since: '2026-11-24T18:30:00Z' } },
   },
   recovering: { some: { summary: 'Three deliveries due again', value: { recovering: 3 } } },
+  headers: {
+    some: {
+      summary: 'Two headers for the receiver',
+      value: {
+        headers: {
+          Authorization: 'Bearer receiver-token-4c1f8a',
+          'X-Greenhouse': 'north',
+        },
+      },
+    },
+  },
+  setHeaders: {
+    some: {
+      summary: 'Two headers, in place of those it had',
+      value: {
+        headers: {
+          Authorization: 'Bearer receiver-token-4c1f8a',
+          'X-Greenhouse': 'north',
+        },
+      },
+    },
+    none: { summary: 'No custom header any more', value: { headers: {} } },
+  },
+  noHeaders: { none: { summary: 'An endpoint without custom headers', value: { headers: {} } } },
 };
 
 export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
 export const CONFIGURED_MESSAGE =
   'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
+export const HEADERS_UNAVAILABLE_MESSAGE =
+  'the custom headers of this endpoint cannot be read with the encryption key this service has; set them again to replace them';
 export const SECRET_UNAVAILABLE_MESSAGE =
   'the secret of this endpoint cannot be read with the encryption key this service has; rotate it to set a new one';
 
@@ -142,6 +168,24 @@ export const endpointErrorExamples = {
       'body/key must be whsec_ followed by the base64 of a key of 24 to 64 bytes',
       'The key is not a whsec_ key',
     ),
+  },
+  invalidHeaders: {
+    reserved: error(
+      400,
+      'body/headers must not set "Content-Type": the service sets webhook-*, content-*, host, connection, transfer-encoding, user-agent, keep-alive, upgrade, expect itself',
+      'A header the service sets',
+    ),
+    twice: error(
+      400,
+      'body/headers must not name "x-greenhouse" twice: header names are case-insensitive',
+      'One name in two cases',
+    ),
+    value: error(
+      400,
+      'body/headers must give "X-Greenhouse" a value of at most 4096 printable ASCII characters, spaces and tabs, none of them leading or trailing',
+      'A value with a line break',
+    ),
+    tooMany: error(400, 'body/headers must hold at most 20 headers', 'More than 20 headers'),
   },
   invalidSince: {
     since: error(
@@ -170,6 +214,13 @@ export const endpointErrorExamples = {
     key: error(
       500,
       SECRET_UNAVAILABLE_MESSAGE,
+      'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
+    ),
+  },
+  headersUnavailable: {
+    headers: error(
+      500,
+      HEADERS_UNAVAILABLE_MESSAGE,
       'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
     ),
   },

@@ -12,6 +12,7 @@ import {
 import {
   AttemptPageQuerySchema,
   AttemptSchema,
+  CustomHeadersSchema,
   EndpointIdParamsSchema,
   EndpointPageQuerySchema,
   EndpointPatchSchema,
@@ -210,6 +211,41 @@ export const operations = {
       ],
       400: badPage,
       404: missing,
+    },
+  }),
+  getWebhookEndpointHeaders: operation({
+    operationId: 'getWebhookEndpointHeaders',
+    summary: 'Read the custom headers of an endpoint',
+    description:
+      'The headers sent with every delivery to it, as they were set, in their order; `{}` when it has none (as a `WEBHOOK_URLS` endpoint never has).',
+    ...idParams,
+    answers: {
+      200: [
+        { ...refTo(CustomHeadersSchema), description: 'Its custom headers' },
+        { ...examples.headers, ...examples.noHeaders },
+      ],
+      404: missing,
+      500: [commonErrors[500], { ...commonErrorExamples?.[500], ...errors.headersUnavailable }],
+    },
+  }),
+  setWebhookEndpointHeaders: operation({
+    operationId: 'setWebhookEndpointHeaders',
+    summary: 'Replace the custom headers of an endpoint',
+    description:
+      'These headers, and no others, go with every delivery to it from the answer on, after the service’s own (`webhook-*`, `content-type`, `user-agent`, which they cannot replace); `{}` removes them all. Values are stored encrypted, like the signing key, and never logged.',
+    ...idParams,
+    body: refTo(CustomHeadersSchema),
+    request: examples.setHeaders,
+    answers: {
+      204: [Type.Null({ description: 'Replaced' })],
+      400: [
+        'A name is not an HTTP token, is one the service sets, or comes twice; a value is not printable ASCII or too long; more than 20 headers; or not valid JSON',
+        errors.invalidHeaders,
+      ],
+      404: missing,
+      409: readOnly,
+      413: tooLarge,
+      415: notJson,
     },
   }),
   recoverWebhookEndpoint: operation({

@@ -8,7 +8,12 @@ import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
 import { DEFAULT_EVENT_TYPES } from './event-types.js';
-import { CONFIGURED_MESSAGE, DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
+import {
+  CONFIGURED_MESSAGE,
+  DISABLED_MESSAGE,
+  HEADERS_UNAVAILABLE_MESSAGE,
+  SECRET_UNAVAILABLE_MESSAGE,
+} from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
 import {
@@ -174,6 +179,37 @@ export async function endpointRoutes(
     },
   );
 
+  // Values may be credentials of the receiver's: read as the secret is, never cached.
+  api.get(
+    `${BASE}/:id/headers`,
+    { schema: operations.getWebhookEndpointHeaders, preValidation: readEndpointId },
+    async (request, reply) => {
+      let headers: Record<string, string> | undefined;
+      try {
+        headers = await answered(endpoints().headers(keyOfRequest(request)));
+      } catch (error) {
+        if (!(error instanceof SecretUnavailableError)) throw error;
+        throw new HttpError(500, HEADERS_UNAVAILABLE_MESSAGE, {}, { cause: error });
+      }
+      if (headers === undefined) throw notFound();
+      reply.header('cache-control', 'no-store');
+      return { headers };
+    },
+  );
+
+  api.put(
+    `${BASE}/:id/headers`,
+    { schema: operations.setWebhookEndpointHeaders, preValidation: readEndpointId },
+    async (request, reply) => {
+      const key = keyOfRequest(request);
+      if (!(await answered(endpoints().setHeaders(key, request.body.headers)))) {
+        throw await notChangeable(request);
+      }
+      changed(String(key));
+      return reply.code(204).send(null);
+    },
+  );
+
   api.get(
     `${BASE}/:id/attempts`,
     {
@@ -219,6 +255,7 @@ export async function endpointRoutes(
   refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
   refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
   refuseOtherMethods(app, `${BASE}/:id/secret/rotate`, ['POST']);
+  refuseOtherMethods(app, `${BASE}/:id/headers`, ['GET', 'HEAD', 'PUT']);
   refuseOtherMethods(app, `${BASE}/:id/attempts`, ['GET', 'HEAD']);
   refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
 }

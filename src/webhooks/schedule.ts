@@ -57,6 +57,7 @@ export function nextStep(
 const errorMessages: Record<string, string> = {
   EDESTINATIONNOTALLOWED: 'destination not allowed',
   ESECRETUNAVAILABLE: "the endpoint's signing secret cannot be read",
+  EHEADERSUNAVAILABLE: "the endpoint's custom headers cannot be read",
 };
 
 /** What the log and the table say of a failed attempt: the status, or why there was none. */

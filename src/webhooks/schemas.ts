@@ -1,5 +1,14 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Checked, Text, type TextOptions, textProblem } from '../kinds.js';
+import {
+  CUSTOM_HEADERS_MAX,
+  CUSTOM_HEADERS_MAX_LENGTH,
+  type CustomHeaders,
+  customHeadersProblem,
+  HEADER_NAME_MAX_LENGTH,
+  HEADER_VALUE_MAX_LENGTH,
+  RESERVED_HEADERS,
+} from './custom-headers.js';
 import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from './event-types.js';
 import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.js';
 
@@ -131,7 +140,7 @@ export const EndpointSchema = Type.Object(
     configured: Type.Optional(
       Type.Literal(true, {
         description:
-          'Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API',
+          'Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate, secret and PUT headers answer 409; absent for endpoints made through the API',
       }),
     ),
     createdAt: dateTime('When it was created (RFC 3339, UTC)'),
@@ -334,6 +343,29 @@ export const AttemptPageQuerySchema = Type.Object({
   ),
 });
 
+export const CustomHeadersSchema = Type.Object(
+  {
+    headers: Checked<CustomHeaders>('CustomHeaders', customHeadersProblem, {
+      type: 'object',
+      maxProperties: CUSTOM_HEADERS_MAX,
+      propertyNames: {
+        pattern: `^[!#$%&'*+\\-.^_\`|~0-9A-Za-z]{1,${HEADER_NAME_MAX_LENGTH}}$`,
+      },
+      additionalProperties: {
+        type: 'string',
+        maxLength: HEADER_VALUE_MAX_LENGTH,
+        pattern: '^([\\x21-\\x7e]([\\t\\x20-\\x7e]*[\\x21-\\x7e])?)?$',
+      },
+      description: `Header names (HTTP tokens of at most ${HEADER_NAME_MAX_LENGTH} characters, each once whatever its case; not ${RESERVED_HEADERS}) and their values (at most ${HEADER_VALUE_MAX_LENGTH} printable ASCII characters, spaces and tabs, none leading or trailing); at most ${CUSTOM_HEADERS_MAX} headers of at most ${CUSTOM_HEADERS_MAX_LENGTH} characters in all`,
+    }),
+  },
+  {
+    $id: 'CustomHeaders',
+    description:
+      'The headers sent with every delivery to an endpoint, after the service’s own. Unknown properties are ignored',
+  },
+);
+
 /** The shared schemas of the management API, registered by their $id. */
 export const endpointSchemas = [
   EndpointSchema,
@@ -341,4 +373,5 @@ export const endpointSchemas = [
   EndpointPatchSchema,
   SigningKeySchema,
   AttemptSchema,
+  CustomHeadersSchema,
 ];

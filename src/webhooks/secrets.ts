@@ -37,8 +37,8 @@ export interface EncryptionKey {
 /** The first key seals, every key opens; with none, values are stored as they are. */
 export type KeyRing = readonly EncryptionKey[];
 
-/** The fields of an endpoint's row that hold sealed values. */
-export type SealedField = 'secret';
+/** The fields of an endpoint's row that hold sealed values: its keys, its custom headers. */
+export type SealedField = 'secret' | 'headers';
 
 /**
  * Where a sealed value is stored: its AAD, so that a value copied to another endpoint or field

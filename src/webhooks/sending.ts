@@ -19,6 +19,7 @@ import {
   ATTR_URL_FULL,
 } from '@opentelemetry/semantic-conventions';
 import { type Dispatcher, Pool } from 'undici';
+import { openHeaders } from './custom-headers.js';
 import { connectOptions, forbiddenHost } from './destination.js';
 import { type KeyRing, openSecret } from './secrets.js';
 import { signatures, signingKey, webhookId } from './signature.js';
@@ -57,6 +58,7 @@ const timeoutCodes = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOU
 function attemptDelivery(
   { pool, path }: { pool: Dispatcher; path: string },
   keys: readonly KeyObject[],
+  custom: readonly string[],
   delivery: ClaimedDelivery,
   timeoutMs: number,
   signal: AbortSignal,
@@ -99,6 +101,7 @@ function attemptDelivery(
           String(timestamp),
           'webhook-signature',
           signatures(keys, id, timestamp, delivery.body),
+          ...custom,
         ],
         body: delivery.body,
         headersTimeout: timeoutMs,
@@ -168,6 +171,8 @@ export async function sendOn(
   if (lane.forbidden) return { kind: 'unreachable', code: 'EDESTINATIONNOTALLOWED' };
   const { keys } = lane;
   if (keys === 'unreadable') return { kind: 'unreachable', code: 'ESECRETUNAVAILABLE' };
+  const { headers } = lane;
+  if (headers === 'unreadable') return { kind: 'unreachable', code: 'EHEADERSUNAVAILABLE' };
   const recorded = spanContextOf(delivery.traceparent);
   const span = tracer().startSpan(
     'POST',
@@ -182,7 +187,7 @@ export async function sendOn(
     recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT,
   );
   // An attempt never rejects: its result says how it ended.
-  const result = await attemptDelivery(lane, keys, delivery, timeoutMs, signal);
+  const result = await attemptDelivery(lane, keys, headers, delivery, timeoutMs, signal);
   if (result.kind === 'answered') span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, result.status);
   const failure = failureOf(result);
   if (failure !== undefined) {
@@ -212,6 +217,13 @@ function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
     forbidden: false,
     /** The sealed secrets `keys` were made from: they change only on a rotation. */
     sealed: '',
+    /**
+     * Its custom headers, names and values in turn, or why they cannot be sent; values are
+     * never logged nor put in a span.
+     */
+    headers: [] as readonly string[] | 'unreadable',
+    /** The sealed headers `headers` were opened from: they change only when they are set. */
+    sealedHeaders: null as string | null,
     /** The version of the endpoint the lane was last aimed with (see EndpointTarget). */
     version: 0,
     queue: [] as ClaimedDelivery[],
@@ -252,6 +264,15 @@ export function createLanes(options: LaneOptions) {
       keyCache.set(cached, key);
     }
     return key;
+  };
+
+  /** An endpoint's custom headers as undici takes them; 'unreadable' when they do not open. */
+  const headersOf = (sealed: string | null, endpoint: string) => {
+    try {
+      return Object.entries(openHeaders(sealed, options.encryptionKeys, endpoint)).flat();
+    } catch {
+      return 'unreadable' as const;
+    }
   };
 
   /** The operator's WEBHOOK_URLS are trusted; an API-made endpoint is not, unless allowed. */
@@ -306,6 +327,10 @@ export function createLanes(options: LaneOptions) {
       lane.version = target.version;
       const guarded = guardedFor(target);
       if (target.url !== lane.url || guarded !== lane.guarded) aim(lane, target.url, guarded);
+      if (target.headers !== lane.sealedHeaders) {
+        lane.sealedHeaders = target.headers;
+        lane.headers = headersOf(target.headers, target.key);
+      }
       const sealed = `${target.secret} ${target.previousSecret ?? ''}`;
       if (sealed === lane.sealed) return;
       lane.sealed = sealed;

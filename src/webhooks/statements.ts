@@ -26,6 +26,7 @@ interface DeliveryRow {
   endpoint_url: string;
   secret: string;
   previous_secret: string | null;
+  headers: string | null;
   endpoint_version: number;
   configured: boolean;
   body: string;
@@ -51,7 +52,7 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
  */
 const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
   e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
-  (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
+  e.headers, (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
 
 /** Endpoints that receive: a configured one only while some running replica declares it. */
 const receiving = sql.raw('(not e.configured or e.declared_until > now())');
@@ -74,6 +75,8 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
       secret: row.secret,
       /** The key before the last rotation, sealed, while it still signs. */
       previousSecret: row.previous_secret ?? undefined,
+      /** Its custom headers, sealed (see custom-headers.ts); null when it has none. */
+      headers: row.headers,
       /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
       version: row.endpoint_version,
       /** Declared by WEBHOOK_URLS: trusted (no private-network check), never disabled. */

@@ -41,6 +41,7 @@ describe('GET /openapi.json', () => {
       '/webhooks/endpoints',
       '/webhooks/endpoints/{id}',
       '/webhooks/endpoints/{id}/attempts',
+      '/webhooks/endpoints/{id}/headers',
       '/webhooks/endpoints/{id}/recover',
       '/webhooks/endpoints/{id}/secret',
       '/webhooks/endpoints/{id}/secret/rotate',

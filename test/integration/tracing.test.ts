@@ -364,3 +364,60 @@ describe('tracing off', () => {
     }
   });
 });
+
+describe('tracing of an endpoint with custom headers', () => {
+  it('exports its PUT and its delivery without a value of its headers, nor the process log', async () => {
+    const credential = 'Bearer receiver-credential-91d2aa';
+    const database = await createScratchDatabase({ migrated: false });
+    const collector = await startOtlpReceiver();
+    const hook = await startReceiver();
+    const server = await startServer({
+      DATABASE_URL: serverUrlOf(database),
+      API_TOKENS: tokens,
+      ADMIN_TOKENS: 'admin-token-tracing-4e0c',
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      ...tracingTo(collector),
+    });
+    try {
+      const admin = (method: string, path: string, body: object) =>
+        fetch(`${server.baseUrl}${path}`, {
+          method,
+          headers: {
+            authorization: 'Bearer admin-token-tracing-4e0c',
+            'content-type': 'application/json',
+          },
+          body: JSON.stringify(body),
+        });
+      const created = await admin('POST', '/webhooks/endpoints', {
+        url: hook.url,
+        secret: WEBHOOK_SECRET,
+      });
+      expect(created.status).toBe(201);
+      const { id } = (await created.json()) as { id: string };
+      const set = await admin('PUT', `/webhooks/endpoints/${id}/headers`, {
+        headers: { Authorization: credential },
+      });
+      expect(set.status).toBe(204);
+      const client = clientTrace();
+      const response = await request(server.baseUrl, '/plants', {
+        body: { id: 1, name: 'Aloe' },
+        headers: { traceparent: client.traceparent },
+      });
+      expect(response.status).toBe(200);
+      await collector.waitFor(
+        (all) => named(inTrace(all, client.traceId), 'POST').length === 1 && all.length > 3,
+      );
+      expect(hook.requests[0]?.headers.authorization).toBe(credential);
+      expect(collector.spans.map((span) => span.name)).toContain(
+        'PUT /webhooks/endpoints/:id/headers',
+      );
+      expect(JSON.stringify(collector.spans)).not.toContain('receiver-credential');
+      expect(server.stdout.join('\n')).not.toContain('receiver-credential');
+    } finally {
+      await killIfRunning(server);
+      await hook.close();
+      await collector.close();
+      await database.drop();
+    }
+  });
+});

@@ -45,9 +45,21 @@ async function stored(
   return id;
 }
 
+/** Gives the endpoint `id` custom headers, stored as `sealed`. */
+const setHeaders = (id: string, sealed: string) =>
+  t.database.query('update webhook_endpoints set headers = $2 where id = $1', [id, sealed]);
+const headersPlace = (id: string) => ({ endpoint: id, field: 'headers' }) as const;
+// A receiver's credential, spelled so that it appears nowhere by chance.
+const HEADERS = JSON.stringify({ Authorization: 'Bearer receiver-credential-0e7f3a' });
+
 const rows = () =>
-  t.database.query<{ id: string; secret: string; previous_secret: string | null }>(
-    'select id::text as id, secret, previous_secret from webhook_endpoints order by webhook_endpoints.id',
+  t.database.query<{
+    id: string;
+    secret: string;
+    previous_secret: string | null;
+    headers: string | null;
+  }>(
+    'select id::text as id, secret, previous_secret, headers from webhook_endpoints order by webhook_endpoints.id',
   );
 
 function rekey(args: string[], keys: string | undefined, database = t.database) {
@@ -56,6 +68,15 @@ function rekey(args: string[], keys: string | undefined, database = t.database) 
     ...(keys !== undefined && { WEBHOOK_ENCRYPTION_KEYS: keys }),
   });
 }
+
+const readHeaders = async (id: string) =>
+  (
+    await t.app.inject({
+      method: 'GET',
+      url: `/webhooks/endpoints/${endpointIdOf(id)}/headers`,
+      headers: { authorization: `Bearer ${ADMIN}` },
+    })
+  ).json();
 
 const readSecret = async (id: string) =>
   (
@@ -67,7 +88,7 @@ const readSecret = async (id: string) =>
   ).json();
 
 describe('npm run webhooks:rekey', () => {
-  it('seals every readable key under the first key in batches, names the unreadable, and the service reads on', async () => {
+  it('seals every readable key and set of headers under the first key in batches, names the unreadable, and the service reads on', async () => {
     const secrets = Array.from({ length: 6 }, () => generateSecret());
     const [before, rotated] = [generateSecret(), generateSecret()];
     const ids = [
@@ -80,6 +101,18 @@ describe('npm run webhooks:rekey', () => {
     const unreadable = await stored(secrets[5] ?? '', (value, id) =>
       sealSecret(value, [lost], place(id)),
     );
+    // Headers stored before a key was set, under the old key, and under the new one already.
+    const [plainHeaders, oldHeaders, newHeaders] = [ids[1] ?? '', ids[3] ?? '', ids[4] ?? ''];
+    await setHeaders(plainHeaders, `plain:${HEADERS}`);
+    await setHeaders(oldHeaders, sealSecret(HEADERS, [k1], headersPlace(oldHeaders)));
+    await setHeaders(newHeaders, sealSecret(HEADERS, [k2], headersPlace(newHeaders)));
+    // A readable key beside headers that open under no key of the ring.
+    const keyOfLostHeaders = generateSecret();
+    const lostHeaders = await stored(keyOfLostHeaders, (value, id) =>
+      sealSecret(value, [k2], place(id)),
+    );
+    await setHeaders(lostHeaders, sealSecret(HEADERS, [lost], headersPlace(lostHeaders)));
+    const unreadables = [unreadable, lostHeaders];
     const create = await t.app.inject({
       method: 'POST',
       url: '/webhooks/endpoints',
@@ -90,21 +123,36 @@ describe('npm run webhooks:rekey', () => {
 
     const first = rekey(['--batch-size', '2'], RING);
     expect(await first.exited).toBe(1);
-    expect(first.stdout).toStrictEqual(['5 stored keys re-sealed under the key "k2"']);
+    expect(first.stdout).toStrictEqual([
+      '5 stored keys and 2 sets of custom headers re-sealed under the key "k2"',
+    ]);
     expect(first.stderr).toStrictEqual([
-      `plant-store: 1 endpoints have a stored key that opens under no key of WEBHOOK_ENCRYPTION_KEYS, left as it is: ${endpointIdOf(unreadable)}`,
+      `plant-store: 2 endpoints have a stored key or custom headers that open under no key of WEBHOOK_ENCRYPTION_KEYS, left as they are: ${unreadables.map(endpointIdOf).join(', ')}`,
     ]);
     const output = [...first.stdout, ...first.stderr].join('\n');
-    for (const secret of [...secrets, before, rotated]) {
+    for (const secret of [...secrets, before, rotated, keyOfLostHeaders]) {
       expect(output).not.toContain(secret.slice('whsec_'.length));
     }
+    expect(output).not.toContain('receiver-credential');
 
     const after = await rows();
-    expect(after.filter((row) => row.id !== unreadable).length).toBe(6);
-    for (const row of after.filter((stored) => stored.id !== unreadable)) {
+    expect(after.filter((row) => !unreadables.includes(row.id)).length).toBe(6);
+    for (const row of after.filter((stored) => !unreadables.includes(stored.id))) {
       expect(row.secret).toMatch(/^aes256gcm-v2:k2:/);
       expect(row.previous_secret ?? 'aes256gcm-v2:k2:').toMatch(/^aes256gcm-v2:k2:/);
+      expect(row.headers ?? 'aes256gcm-v2:k2:').toMatch(/^aes256gcm-v2:k2:/);
     }
+    // Each set of headers opens under k2 alone, for its own row and field, to what it was.
+    for (const id of [plainHeaders, oldHeaders, newHeaders]) {
+      const row = after.find((stored) => stored.id === id);
+      expect(openSecret(row?.headers ?? '', [k2], headersPlace(id))).toBe(HEADERS);
+      expect(await readHeaders(id)).toStrictEqual({ headers: JSON.parse(HEADERS) });
+    }
+    // Left as it was, key and headers: the row is written whole or not at all.
+    const leftAsItWas = after.find((row) => row.id === lostHeaders);
+    expect(leftAsItWas?.headers).toMatch(/^aes256gcm-v2:lost:/);
+    expect(openSecret(leftAsItWas?.secret ?? '', [k2], place(lostHeaders))).toBe(keyOfLostHeaders);
+    expect((await readHeaders(lostHeaders)).error).toBe(500);
     // Each opens under k2 alone, for its own row, to what it was.
     for (const [index, id] of ids.entries()) {
       const row = after.find((stored) => stored.id === id);
@@ -122,17 +170,24 @@ describe('npm run webhooks:rekey', () => {
     for (const secret of [...secrets, before, rotated]) {
       expect(log).not.toContain(secret.slice('whsec_'.length));
     }
+    expect(log).not.toContain('receiver-credential');
     for (const { key } of [k1, k2, lost])
       expect(log).not.toContain(key.export().toString('base64'));
 
     const again = rekey([], RING);
     expect(await again.exited).toBe(1);
-    expect(again.stdout[0]).toBe('0 stored keys re-sealed under the key "k2"');
+    expect(again.stdout[0]).toBe(
+      '0 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+    );
 
-    await t.database.query('delete from webhook_endpoints where id = $1', [unreadable]);
+    await t.database.query('delete from webhook_endpoints where id = any($1::int8[])', [
+      unreadables,
+    ]);
     const clean = rekey([], RING);
     expect(await clean.exited).toBe(0);
-    expect(clean.stdout[0]).toBe('0 stored keys re-sealed under the key "k2"');
+    expect(clean.stdout[0]).toBe(
+      '0 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+    );
     expect(clean.stderr.filter((line) => line !== '')).toStrictEqual([]);
   });
 
@@ -161,13 +216,51 @@ describe('npm run webhooks:rekey', () => {
       }
       await replica.query('commit');
       expect(await command.exited).toBe(0);
-      expect(command.stdout).toStrictEqual(['2 stored keys re-sealed under the key "k2"']);
+      expect(command.stdout).toStrictEqual([
+        '2 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+      ]);
     } finally {
       await replica.end();
     }
     const [row] = (await rows()).filter((stored) => stored.id === id);
     expect(openSecret(row?.secret ?? '', [k2], place(id))).toBe(rotated);
     expect(openSecret(row?.previous_secret ?? '', [k2], place(id))).toBe(old);
+  });
+
+  it('keeps headers set while it runs, and re-seals what was set', async () => {
+    await t.database.query('delete from webhook_endpoints');
+    const secret = generateSecret();
+    const id = await stored(secret, underK1);
+    const newer = JSON.stringify({ 'X-Greenhouse': 'north' });
+    // A replica that still seals under k1 sets the headers; its transaction holds the row.
+    const replica = new pg.Client({ connectionString: serverUrlOf(t.database) });
+    await replica.connect();
+    try {
+      await replica.query('begin');
+      await replica.query('update webhook_endpoints set headers = $2 where id = $1', [
+        id,
+        sealSecret(newer, [k1], headersPlace(id)),
+      ]);
+      const command = rekey([], RING);
+      for (;;) {
+        const waiting = await t.database.query(
+          `select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
+            where not l.granted and a.datname = current_database()`,
+        );
+        if (waiting.length > 0 || command.child.exitCode !== null) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await replica.query('commit');
+      expect(await command.exited).toBe(0);
+      expect(command.stdout).toStrictEqual([
+        '1 stored keys and 1 sets of custom headers re-sealed under the key "k2"',
+      ]);
+    } finally {
+      await replica.end();
+    }
+    const [row] = (await rows()).filter((stored) => stored.id === id);
+    expect(openSecret(row?.secret ?? '', [k2], place(id))).toBe(secret);
+    expect(openSecret(row?.headers ?? '', [k2], headersPlace(id))).toBe(newer);
   });
 
   it('re-seals the key of a WEBHOOK_URLS endpoint, which was sealed for its row', async () => {
@@ -189,7 +282,9 @@ describe('npm run webhooks:rekey', () => {
       expect(openSecret(row?.secret ?? '', [k1], place(id))).toBe(WEBHOOK_SECRET);
       const command = rekey([], RING, configured.database);
       expect(await command.exited).toBe(0);
-      expect(command.stdout).toStrictEqual(['1 stored keys re-sealed under the key "k2"']);
+      expect(command.stdout).toStrictEqual([
+        '1 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+      ]);
       const [after] = await declared();
       expect(after?.secret).toMatch(/^aes256gcm-v2:k2:/);
       expect(openSecret(after?.secret ?? '', [k2], place(id))).toBe(WEBHOOK_SECRET);
@@ -212,7 +307,9 @@ describe('npm run webhooks:rekey', () => {
 
     const command = rekey(['--batch-size', '5'], RING);
     expect(await command.exited).toBe(0);
-    expect(command.stdout).toStrictEqual(['12 stored keys re-sealed under the key "k2"']);
+    expect(command.stdout).toStrictEqual([
+      '12 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+    ]);
     const after = await rows();
     for (const [index, id] of ids.entries()) {
       const row = after.find((stored) => stored.id === id);

@@ -3,7 +3,7 @@
 import { client } from './client.gen.js';
 import type { Client, ClientMeta, Options as Options2, RequestResult, TDataShape } from './client/index.js';
 import { getPlantResponseTransformer, listPlantsResponseTransformer, listWebhookEndpointAttemptsResponseTransformer } from './transformers.gen.js';
-import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
+import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointHeadersData, GetWebhookEndpointHeadersErrors, GetWebhookEndpointHeadersResponses, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, SetWebhookEndpointHeadersData, SetWebhookEndpointHeadersErrors, SetWebhookEndpointHeadersResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
 
 export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends boolean = boolean, TResponse = unknown> = Options2<TData, ThrowOnError, TResponse> & {
     /**
@@ -209,6 +209,40 @@ export const rotateWebhookEndpointSecret = <ThrowOnError extends boolean = false
             type: 'http'
         }],
     url: '/webhooks/endpoints/{id}/secret/rotate',
+    ...options,
+    headers: {
+        'Content-Type': 'application/json',
+        ...options.headers
+    }
+});
+
+/**
+ * Read the custom headers of an endpoint
+ *
+ * The headers sent with every delivery to it, as they were set, in their order; `{}` when it has none (as a `WEBHOOK_URLS` endpoint never has).
+ */
+export const getWebhookEndpointHeaders = <ThrowOnError extends boolean = false>(options: Options<GetWebhookEndpointHeadersData, ThrowOnError>): RequestResult<GetWebhookEndpointHeadersResponses, GetWebhookEndpointHeadersErrors, ThrowOnError> => (options.client ?? client).get<GetWebhookEndpointHeadersResponses, GetWebhookEndpointHeadersErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/headers',
+    ...options
+});
+
+/**
+ * Replace the custom headers of an endpoint
+ *
+ * These headers, and no others, go with every delivery to it from the answer on, after the service’s own (`webhook-*`, `content-type`, `user-agent`, which they cannot replace); `{}` removes them all. Values are stored encrypted, like the signing key, and never logged.
+ */
+export const setWebhookEndpointHeaders = <ThrowOnError extends boolean = false>(options: Options<SetWebhookEndpointHeadersData, ThrowOnError>): RequestResult<SetWebhookEndpointHeadersResponses, SetWebhookEndpointHeadersErrors, ThrowOnError> => (options.client ?? client).put<SetWebhookEndpointHeadersResponses, SetWebhookEndpointHeadersErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/headers',
     ...options,
     headers: {
         'Content-Type': 'application/json',

@@ -103,7 +103,7 @@ export type Endpoint = {
      */
     rateLimit: number | null;
     /**
-     * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate and secret answer 409; absent for endpoints made through the API
+     * Declared by WEBHOOK_URLS and signed with WEBHOOK_SECRET: PATCH, DELETE, rotate, secret and PUT headers answer 409; absent for endpoints made through the API
      */
     configured?: true;
     /**
@@ -218,6 +218,18 @@ export type Attempt = {
      * When it started (RFC 3339, UTC)
      */
     attemptedAt: string;
+};
+
+/**
+ * The headers sent with every delivery to an endpoint, after the service’s own. Unknown properties are ignored
+ */
+export type CustomHeaders = {
+    /**
+     * Header names (HTTP tokens of at most 128 characters, each once whatever its case; not webhook-*, content-*, host, connection, transfer-encoding, user-agent, keep-alive, upgrade, expect) and their values (at most 4096 printable ASCII characters, spaces and tabs, none leading or trailing); at most 20 headers of at most 8192 characters in all
+     */
+    headers: {
+        [key: string]: string;
+    };
 };
 
 export type GetHealthzData = {
@@ -972,6 +984,138 @@ export type RotateWebhookEndpointSecretResponses = {
 };
 
 export type RotateWebhookEndpointSecretResponse = RotateWebhookEndpointSecretResponses[keyof RotateWebhookEndpointSecretResponses];
+
+export type GetWebhookEndpointHeadersData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/headers';
+};
+
+export type GetWebhookEndpointHeadersErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type GetWebhookEndpointHeadersError = GetWebhookEndpointHeadersErrors[keyof GetWebhookEndpointHeadersErrors];
+
+export type GetWebhookEndpointHeadersResponses = {
+    /**
+     * Its custom headers
+     */
+    200: CustomHeaders;
+};
+
+export type GetWebhookEndpointHeadersResponse = GetWebhookEndpointHeadersResponses[keyof GetWebhookEndpointHeadersResponses];
+
+export type SetWebhookEndpointHeadersData = {
+    body: CustomHeaders;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/headers';
+};
+
+export type SetWebhookEndpointHeadersErrors = {
+    /**
+     * A name is not an HTTP token, is one the service sets, or comes twice; a value is not printable ASCII or too long; more than 20 headers; or not valid JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The endpoint is declared by WEBHOOK_URLS: read-only
+     */
+    409: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not application/json
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type SetWebhookEndpointHeadersError = SetWebhookEndpointHeadersErrors[keyof SetWebhookEndpointHeadersErrors];
+
+export type SetWebhookEndpointHeadersResponses = {
+    /**
+     * Replaced
+     */
+    204: void;
+};
+
+export type SetWebhookEndpointHeadersResponse = SetWebhookEndpointHeadersResponses[keyof SetWebhookEndpointHeadersResponses];
 
 export type ListWebhookEndpointAttemptsData = {
     body?: never;
