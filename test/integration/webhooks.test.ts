@@ -452,6 +452,8 @@ describe('WEBHOOK_URLS as configured endpoints', () => {
         url: hook.url,
         description: '',
         disabled: false,
+        events: ['newPlant'],
+        rateLimit: null,
         configured: true,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),
