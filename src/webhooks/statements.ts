@@ -139,7 +139,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, ${endpointColumns}, taken.body,
-               written.trigger, written.event_type, 1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
+               written.trigger, written.event_type,
+               1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken
           left join written on written.event_id = taken.event_id and written.claimed
