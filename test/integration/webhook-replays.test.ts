@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
-import { redeliverFailed } from '../../src/webhooks/statements.js';
+import { createUpkeep, redeliverFailed } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
 
@@ -402,6 +402,31 @@ describe('POST /webhooks/endpoints/{id}/test', () => {
       ['test', 410],
       ['test', 500],
     ]);
+  });
+
+  it('leaves the row of a test whose process died to the retention: no claim, recover, redeliver or count takes it', async () => {
+    const t = await app();
+    const { hook, path, id } = await subscriber(t);
+    const key = BigInt(`0x${id.slice(3)}`).toString();
+    // As the test statement leaves it, had its process died before the outcome.
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, trigger, attempts, claims,
+                                       failed_at, next_attempt_at)
+       values (gen_random_uuid(), $1, '{"id":1,"name":"Test"}', 'test', 1, 1, now(),
+               now() - interval '1 hour')`,
+      [key],
+    );
+    const since = new Date(Date.now() - 60_000).toISOString();
+    expect((await admin(t, 'POST', `${path}/recover`, { since })).json()).toStrictEqual({
+      recovering: 0,
+    });
+    expect(await redeliverFailed(t.appDatabase.db, {})).toBe(0);
+    expect(await createUpkeep(t.appDatabase.db, { logRetentionS: 3600 }).stats()).toMatchObject({
+      failed: 0,
+      pending: 0,
+    });
+    await settle(1500);
+    expect(hook.requests).toHaveLength(0);
   });
 
   it('answers no answer as an error without a status', async () => {
