@@ -20,7 +20,9 @@ import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
 import type { EndpointStore } from './webhooks/endpoints.js';
+import type { Dispatcher } from './webhooks/engine.js';
 import { webhooksDocument } from './webhooks/openapi.js';
+import type { Replays } from './webhooks/replays.js';
 import { endpointRoutes } from './webhooks/routes.js';
 import { endpointSchemas } from './webhooks/schemas.js';
 
@@ -36,6 +38,10 @@ export interface AppOptions {
   endpoints: () => EndpointStore;
   /** Called after each change made through the management API has been committed. */
   onEndpointsChanged?: (key: string) => void;
+  /** The statements of resends; throws (503) until the database is open. */
+  replays: () => Replays;
+  /** The delivery engine, which sends tests of endpoints; throws (503) until it runs. */
+  dispatcher: () => Pick<Dispatcher, 'test'>;
   checkReadiness: ReadinessCheck;
   /** Where failed authentications are counted for every replica, once the database is open. */
   authFailures?: () => AuthFailureStore | undefined;
@@ -135,6 +141,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     answerWithinMs,
     jsonMaxDepth: http.jsonMaxDepth,
     onEndpointsChanged: options.onEndpointsChanged,
+    replays: options.replays,
+    dispatcher: options.dispatcher,
   });
   refuseUnservedMethods();
 

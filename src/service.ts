@@ -15,6 +15,7 @@ import { startTracing } from './tracing/start.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
 import { createDispatcher, type Dispatcher } from './webhooks/engine.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
+import { createReplays, type Replays } from './webhooks/replays.js';
 import { sealSecret } from './webhooks/secrets.js';
 import { createOutbox, createUpkeep } from './webhooks/statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
@@ -81,6 +82,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
   let repository: PlantRepository | undefined;
   let authFailures: AuthFailureStore | undefined;
   let endpoints: EndpointStore | undefined;
+  let replays: Replays | undefined;
   let dispatcher: Dispatcher | undefined;
   let metricsServer: FastifyInstance | undefined;
   let stopping = false;
@@ -111,6 +113,15 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     endpoints: () => {
       if (endpoints === undefined) throw starting();
       return endpoints;
+    },
+    replays: () => {
+      if (replays === undefined) throw starting();
+      return replays;
+    },
+    // Every process that serves the API runs the engine: a test is sent by the one it asks.
+    dispatcher: () => {
+      if (dispatcher === undefined) throw starting();
+      return dispatcher;
     },
     // A change to an endpoint through the API, committed: what waits here for it is claimed again.
     onEndpointsChanged: (key) => dispatcher?.endpointChanged(key),
@@ -202,6 +213,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });
     const upkeep = createUpkeep(db.db, webhooks);
+    const resends = createReplays(db.db, webhooks);
     dispatcher = createDispatcher({
       db: db.db,
       config: webhooks,
@@ -209,9 +221,11 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       outbox,
       timing,
       upkeep,
+      replays: resends,
       metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
     });
     dispatcher.start();
+    replays = resends;
     logger.info({ webhookSubscribers: webhooks.urls.length }, describeWebhooks(webhooks));
   }
 

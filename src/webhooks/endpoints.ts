@@ -4,6 +4,7 @@ import { prepareStatement } from '../db/prepared.js';
 import { INT64_MAX } from '../kinds.js';
 import { type CustomHeaders, openHeaders, sealHeaders } from './custom-headers.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
+import type { AttemptTrigger } from './triggers.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
 export interface EndpointRow {
@@ -30,6 +31,8 @@ export interface AttemptRow {
   eventId: string;
   /** In decimal: the plant's id is an int64, which a number would round. */
   plantId: string | null;
+  /** Why it was made (see triggers.ts). */
+  trigger: AttemptTrigger;
   succeeded: boolean;
   responseStatus: number | null;
   error: string | null;
@@ -81,14 +84,18 @@ export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_event
 export const NEXT_ENDPOINT = sql.raw(`nextval(pg_get_serial_sequence('webhook_endpoints', 'id'))`);
 
 /**
- * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body) that an endpoint
- * being disabled misses as an entry of its attempt log, so an admin sees what recover will send.
+ * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body, event_type) that
+ * an endpoint being disabled misses as an entry of its attempt log, with the body a resend
+ * sends, so an admin sees what recover will send. The plant's id as plantIdOf reads it.
  */
 export const missedLog = (deliveries: string) =>
   sql.raw(`missed_log_${deliveries} as (
-          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded, error, duration_ms)
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, event_type, body, succeeded,
+                                        error, duration_ms)
           select endpoint_id, event_id,
-                 substring(body from '^\\{"id":(-?\\d{1,19})[,}]')::int8, false, 'endpoint disabled', 0
+                 coalesce(substring(body from '^\\{"id":(-?\\d{1,19})[,}]'),
+                          substring(body from '^\\{"type":"plantDeleted","timestamp":"[^"]*","data":\\{"id":(-?\\d{1,19})[,}]'))::int8,
+                 event_type, body, false, 'endpoint disabled', 0
             from ${deliveries}
         )`);
 /** CTEs that give up the pending deliveries of the endpoints `disabled` selects, and log them. */
@@ -97,7 +104,7 @@ export const givenUp = (disabled: string) =>
           update webhook_deliveries
              set failed_at = now(), last_error = 'endpoint disabled'
            where endpoint_id in (${sql.raw(disabled)}) and failed_at is null
-          returning endpoint_id, event_id, body
+          returning endpoint_id, event_id, body, event_type
         ),
         ${missedLog('given_up')}`;
 const endpointKey = sql`${placeholder('id')}::bigint`;
@@ -216,7 +223,7 @@ export function createEndpointStore(
     db,
     'webhook_endpoint_attempts',
     sql`select a.id::text as id, a.event_id::text as "eventId", a.plant_id::text as "plantId",
-               a.succeeded, a.response_status as "responseStatus", a.error,
+               a.trigger, a.succeeded, a.response_status as "responseStatus", a.error,
                a.duration_ms as "durationMs", ${rfc3339(sql`a.attempted_at`)} as "attemptedAt"
           from webhook_endpoints e
           left join lateral (
@@ -238,10 +245,10 @@ export function createEndpointStore(
         recovered as (
           update webhook_deliveries d
              set failed_at = null, attempts = 0, next_attempt_at = now(),
-                 last_status = null, last_error = null
+                 last_status = null, last_error = null, trigger = 'recover'
             from endpoint
            where d.endpoint_id = endpoint.id and not endpoint.disabled
-             and d.failed_at >= ${placeholder('since')}::timestamptz
+             and d.failed_at >= ${placeholder('since')}::timestamptz and d.trigger <> 'test'
           returning 1
         )
         select disabled, (select count(*) from recovered)::int as recovering from endpoint`,

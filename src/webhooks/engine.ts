@@ -2,7 +2,9 @@ import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
+import type { EventTypeName } from './event-types.js';
 import type { WebhookMetrics } from './metrics.js';
+import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';
 import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
 import { webhookId } from './signature.js';
@@ -19,7 +21,9 @@ import {
   plantIdOf,
   type Upkeep,
 } from './statements.js';
+import { testEventBody } from './test-events.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
+import { attemptTrigger } from './triggers.js';
 
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
@@ -34,6 +38,16 @@ const QUEUE_MAX = 10_000;
 
 export type Dispatcher = ReturnType<typeof createDispatcher>;
 
+/** What a test of an endpoint answers: how its one attempt ended. */
+export interface TestOutcome {
+  /** Its `webhook-id`, `msg_test_...`. */
+  eventId: string;
+  status: 'succeeded' | 'failed';
+  responseStatus?: number;
+  error?: string;
+  durationMs: number;
+}
+
 export interface DispatcherOptions {
   db: Database;
   config: WebhookConfig;
@@ -42,6 +56,7 @@ export interface DispatcherOptions {
   /** The statements; made from `db` unless given. */
   outbox?: Outbox;
   upkeep?: Upkeep;
+  replays?: Replays;
   /** Timings other than production's (tests). */
   timing?: Partial<EngineTiming> | undefined;
 }
@@ -62,6 +77,7 @@ export function createDispatcher(options: DispatcherOptions) {
   const leaseMs = leaseMsFor(config.timeoutMs, timing);
   const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
+  const replays = options.replays ?? createReplays(options.db, config);
   const recorder = createRecorder(
     createOutcomeStatements(options.db, config),
     logger,
@@ -131,6 +147,63 @@ export function createDispatcher(options: DispatcherOptions) {
     pump(lane);
   }
 
+  /** What the attempt log keeps of an attempt, and what its endpoint's health learns. */
+  function attemptRecord(
+    lane: Lane,
+    delivery: ClaimedDelivery,
+    result: AttemptResult,
+    failure: { status?: number; error: string } | undefined,
+    startedAt: number,
+    durationMs: number,
+    step?: { kind: string },
+  ) {
+    return {
+      endpoint: lane.endpoint,
+      eventId: delivery.eventId,
+      plantId: plantIdOf(delivery.body),
+      trigger: attemptTrigger(delivery.trigger, delivery.attempt),
+      eventType: delivery.eventType,
+      body: delivery.body,
+      succeeded: failure === undefined,
+      status: result.kind === 'answered' ? result.status : undefined,
+      error: failure?.status === undefined ? failure?.error : undefined,
+      durationMs,
+      attemptedAtMs: startedAt,
+      gone: step?.kind === 'gone',
+    };
+  }
+
+  /**
+   * Attempts a test delivery at once on its endpoint's lane, beside what the lane has in flight
+   * (neither queued nor given back), and writes its outcome before answering: the attempt logged,
+   * the row deleted whatever the answer. It is never attempted again, and no 410 from it
+   * disables the endpoint.
+   */
+  async function attemptTest(delivery: ClaimedDelivery): Promise<TestOutcome> {
+    const lane = laneOf(delivery);
+    lane.inFlight.add(delivery);
+    lane.lastBusy = performance.now();
+    const startedAt = Date.now();
+    const started = performance.now();
+    const result = await sendOn(lane, delivery, config.timeoutMs, abandon.signal);
+    const durationMs = performance.now() - started;
+    lane.inFlight.delete(delivery);
+    metrics?.observeAttempt(result);
+    const answered = result.kind === 'answered' && result.status >= 200 && result.status <= 299;
+    const failure = answered ? undefined : describeFailure(result);
+    const record = attemptRecord(lane, delivery, result, failure, startedAt, durationMs);
+    recorder.record({ kind: 'tested', id: delivery.id, record });
+    await recorder.flush();
+    if (!stopping) pump(lane);
+    return {
+      eventId: webhookId(delivery.eventId, delivery.trigger),
+      status: answered ? 'succeeded' : 'failed',
+      ...(record.status !== undefined && { responseStatus: record.status }),
+      ...(record.error !== undefined && { error: record.error }),
+      durationMs: Math.round(durationMs),
+    };
+  }
+
   function settle(
     lane: Lane,
     delivery: ClaimedDelivery,
@@ -142,17 +215,7 @@ export function createDispatcher(options: DispatcherOptions) {
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
     const logged = {
-      record: {
-        endpoint: lane.endpoint,
-        eventId: delivery.eventId,
-        plantId: plantIdOf(delivery.body),
-        succeeded: failure === undefined,
-        status: result.kind === 'answered' ? result.status : undefined,
-        error: failure?.status === undefined ? failure?.error : undefined,
-        durationMs,
-        attemptedAtMs: startedAt,
-        gone: step.kind === 'gone',
-      },
+      record: attemptRecord(lane, delivery, result, failure, startedAt, durationMs, step),
     };
     if (failure === undefined) {
       record({ kind: 'delivered', id: delivery.id, ...logged });
@@ -160,7 +223,7 @@ export function createDispatcher(options: DispatcherOptions) {
       return;
     }
     const context = {
-      webhookId: webhookId(delivery.eventId),
+      webhookId: webhookId(delivery.eventId, delivery.trigger),
       deliveryId: delivery.id,
       receiver: lane.receiver,
       endpoint: lane.endpoint,
@@ -400,12 +463,29 @@ export function createDispatcher(options: DispatcherOptions) {
       }
       abandon.abort();
       for (const lane of lanes.values()) {
-        // The abandoned attempts are given back now, rather than when their claims expire.
-        for (const delivery of lane.inFlight) release(delivery);
+        // The abandoned attempts are given back now, rather than when their claims expire; a
+        // test's outcome is written by its own request.
+        for (const delivery of lane.inFlight) if (delivery.trigger !== 'test') release(delivery);
         lane.inFlight.clear();
       }
       await recorder.flush();
       await Promise.all([...lanes.values()].map((lane) => lane.pool.destroy()));
+    },
+    /**
+     * Tests endpoint `key` (its row key): sends an example event of `type`, signed with its key,
+     * at once, and answers how that one attempt ended once it is in the attempt log. 'disabled'
+     * for a disabled endpoint, undefined when there is none. `within` bounds the wait for the
+     * statement that makes the test (the attempt has its own time limit).
+     */
+    async test(
+      key: bigint,
+      type: EventTypeName,
+      within: <T>(work: Promise<T>) => Promise<T> = (work) => work,
+    ): Promise<TestOutcome | 'disabled' | undefined> {
+      if (!running || stopping) throw new Error('the delivery engine is not running');
+      const delivery = await within(replays.test(key, type, testEventBody(type, new Date())));
+      if (typeof delivery !== 'object') return delivery;
+      return attemptTest(delivery);
     },
     stats: () => ({ inFlight: inFlight(), queued: count((lane) => lane.queue.length) }),
   };

@@ -78,9 +78,20 @@ export const endpointExamples = {
       summary: 'GET .../attempts: the newest attempt first',
       value: [
         {
+          id: 'att_0000000000000004',
+          eventId: 'msg_test_7c3e9a1d5b2f48e6a0d4c8b1f9e2a357',
+          plantId: 9007199254740991,
+          trigger: 'test',
+          status: 'failed',
+          responseStatus: 401,
+          durationMs: 12,
+          attemptedAt: '2026-11-25T18:40:00.000Z',
+        },
+        {
           id: 'att_0000000000000003',
           eventId: 'msg_2b8a1f0c6e9d4c1ab3f57e0d9c4a8b21',
           plantId: 9007199254740991,
+          trigger: 'retry',
           status: 'succeeded',
           responseStatus: 200,
           durationMs: 42,
@@ -90,6 +101,7 @@ export const endpointExamples = {
           id: 'att_0000000000000002',
           eventId: 'msg_2b8a1f0c6e9d4c1ab3f57e0d9c4a8b21',
           plantId: 9007199254740991,
+          trigger: 'delivery',
           status: 'failed',
           responseStatus: 503,
           durationMs: 120,
@@ -99,6 +111,7 @@ export const endpointExamples = {
           id: 'att_0000000000000001',
           eventId: 'msg_5f0e3d2c1b0a49887766554433221100',
           plantId: 1,
+          trigger: 'resend',
           status: 'failed',
           error: 'connection refused',
           durationMs: 3,
@@ -135,10 +148,46 @@ export const endpointExamples = {
     none: { summary: 'No custom header any more', value: { headers: {} } },
   },
   noHeaders: { none: { summary: 'An endpoint without custom headers', value: { headers: {} } } },
+  test: {
+    newPlant: { summary: 'An example Plant (newPlant): no body, or {}', value: {} },
+    plantDeleted: { summary: 'An example of another type', value: { eventType: 'plantDeleted' } },
+  },
+  tested: {
+    succeeded: {
+      summary: 'The receiver answered 2xx',
+      value: {
+        eventId: 'msg_test_7c3e9a1d5b2f48e6a0d4c8b1f9e2a357',
+        status: 'succeeded',
+        responseStatus: 204,
+        durationMs: 35,
+      },
+    },
+    refused: {
+      summary: 'The receiver did not verify the signature',
+      value: {
+        eventId: 'msg_test_0d9f8e7c6b5a44332211ffeeddccbbaa',
+        status: 'failed',
+        responseStatus: 401,
+        durationMs: 12,
+      },
+    },
+    unreachable: {
+      summary: 'No answer in time',
+      value: {
+        eventId: 'msg_test_5e4d3c2b1a0948f7e6d5c4b3a2918070',
+        status: 'failed',
+        error: 'timeout',
+        durationMs: 15000,
+      },
+    },
+  },
 };
 
 export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
+export const DISABLED_SEND_MESSAGE =
+  'the endpoint is disabled: enable it (PATCH disabled false) before sending to it';
+export const UNKNOWN_EVENT_MESSAGE = 'this endpoint has no event with this id in its attempt log';
 export const CONFIGURED_MESSAGE =
   'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
 export const HEADERS_UNAVAILABLE_MESSAGE =
@@ -206,6 +255,23 @@ export const endpointErrorExamples = {
   },
   disabled: {
     disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
+  },
+  disabledSend: {
+    disabled: error(409, DISABLED_SEND_MESSAGE, 'The endpoint is disabled'),
+  },
+  unknownEvent: {
+    event: error(
+      404,
+      UNKNOWN_EVENT_MESSAGE,
+      'Not an event of this endpoint, or older than WEBHOOK_LOG_RETENTION_S',
+    ),
+  },
+  invalidEventType: {
+    eventType: error(
+      400,
+      'body/eventType names an unknown event type "plantWatered": one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
+      'An unknown type',
+    ),
   },
   configured: {
     configured: error(409, CONFIGURED_MESSAGE, 'Declared by WEBHOOK_URLS'),

@@ -17,11 +17,14 @@ import {
   EndpointPageQuerySchema,
   EndpointPatchSchema,
   EndpointSchema,
+  EndpointTestSchema,
   NewEndpointSchema,
   RecoveringSchema,
   RecoverSchema,
+  ResendParamsSchema,
   RotationSchema,
   SigningKeySchema,
+  TestOutcomeSchema,
 } from './schemas.js';
 
 export const TAG = 'webhook endpoints';
@@ -264,6 +267,40 @@ export const operations = {
       400: ['`since` is not an RFC 3339 date-time, or the body is not JSON', errors.invalidSince],
       404: missing,
       409: ['The endpoint is disabled: enable it first', errors.disabled],
+      413: tooLarge,
+      415: notJson,
+    },
+  }),
+  resendWebhookEvent: operation({
+    operationId: 'resendWebhookEvent',
+    summary: 'Send one event to an endpoint again',
+    description:
+      'The event is delivered to this endpoint again, whatever became of it (delivered, failed or still pending), with its original `webhook-id` and the bytes it was sent with, in the background; the attempts show `"trigger": "resend"` in the attempt log, and fail and retry as any delivery does. An event stays resendable for `WEBHOOK_LOG_RETENTION_S`. The body, if any, is ignored.',
+    params: ResendParamsSchema,
+    answers: {
+      202: [Type.Null({ description: 'The event is due again for this endpoint' })],
+      404: [
+        'No endpoint has this id, or it has no event with this `webhook-id` within `WEBHOOK_LOG_RETENTION_S`',
+        { ...errors.notFound, ...errors.unknownEvent },
+      ],
+      409: ['The endpoint is disabled: enable it first', errors.disabledSend],
+      413: ['The body (which is ignored) is larger than the limit', { tooLarge: errors.tooLarge }],
+    },
+  }),
+  testWebhookEndpoint: operation({
+    operationId: 'testWebhookEndpoint',
+    summary: 'Send an example event to an endpoint, and tell how it went',
+    description:
+      'An example of `eventType` (newPlant when absent) is sent at once, signed with the endpoint’s key, with a `webhook-id` that starts `msg_test_`; the answer says how that one attempt ended. It is in the attempt log (`"trigger": "test"`), is never retried nor recovered, and does not count toward disabling the endpoint. The body may be left out.',
+    ...idParams,
+    body: EndpointTestSchema,
+    'x-body-optional': true,
+    request: examples.test,
+    answers: {
+      200: [{ ...refTo(TestOutcomeSchema), description: 'How the attempt ended' }, examples.tested],
+      400: ['`eventType` is not an event type, or the body is not JSON', errors.invalidEventType],
+      404: missing,
+      409: ['The endpoint is disabled: enable it first', errors.disabledSend],
       413: tooLarge,
       415: notJson,
     },

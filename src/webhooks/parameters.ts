@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import { HttpError } from '../http/errors.js';
 import { parseLimit, queryStringOf, readQueryParameters } from '../http/query.js';
 import { INT64_MAX } from '../kinds.js';
+import { UNKNOWN_EVENT_MESSAGE } from './examples.js';
 import { attemptKeyOf, endpointKeyOf } from './ids.js';
 import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
@@ -19,6 +20,20 @@ export function endpointKey(id: string): bigint | undefined {
 export async function readEndpointId(request: FastifyRequest): Promise<void> {
   const { id } = request.params as { id: string };
   if (endpointKey(id) === undefined) throw notFound();
+}
+
+export const unknownEvent = () => new HttpError(404, UNKNOWN_EVENT_MESSAGE);
+
+/** The UUID of an event's `webhook-id` (`msg_` and 32 hex digits); undefined for anything else. */
+export function eventUuidOf(id: string): string | undefined {
+  const match = /^msg_([0-9a-f]{8})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{12})$/.exec(id);
+  return match ? match.slice(1).join('-') : undefined;
+}
+
+/** An event id that is no `webhook-id` of an event names none: 404 (a test's is not one). */
+export async function readEventId(request: FastifyRequest): Promise<void> {
+  const { eventId } = request.params as { eventId: string };
+  if (eventUuidOf(eventId) === undefined) throw unknownEvent();
 }
 
 export const keyOfRequest = (request: { params: { id: string } }) =>

@@ -7,10 +7,12 @@ import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
+import type { Dispatcher } from './engine.js';
 import { DEFAULT_EVENT_TYPES } from './event-types.js';
 import {
   CONFIGURED_MESSAGE,
   DISABLED_MESSAGE,
+  DISABLED_SEND_MESSAGE,
   HEADERS_UNAVAILABLE_MESSAGE,
   SECRET_UNAVAILABLE_MESSAGE,
 } from './examples.js';
@@ -19,12 +21,16 @@ import { operations } from './operations.js';
 import {
   bodyOrEmpty,
   endpointKey,
+  eventUuidOf,
   keyOfRequest,
   notFound,
   readAttemptPage,
   readEndpointId,
   readEndpointPage,
+  readEventId,
+  unknownEvent,
 } from './parameters.js';
+import type { Replays } from './replays.js';
 import { PAGE_LIMIT_DEFAULT } from './schemas.js';
 import { SecretUnavailableError } from './secrets.js';
 import { attemptsJson, endpointOf } from './serialize.js';
@@ -44,6 +50,10 @@ export interface EndpointRoutesOptions {
   jsonMaxDepth: number;
   /** Told the row key (decimal) of an endpoint once a change to it has committed, before the answer. */
   onEndpointsChanged?: ((key: string) => void) | undefined;
+  /** The statements of resends; throws (503) while the service is still opening its database. */
+  replays: () => Replays;
+  /** The delivery engine, which sends tests; throws (503) until it runs. */
+  dispatcher: () => Pick<Dispatcher, 'test'>;
 }
 
 export async function endpointRoutes(
@@ -251,6 +261,41 @@ export async function endpointRoutes(
     },
   );
 
+  // The body of a resend means nothing: whatever is sent, up to the body limit, is ignored.
+  await app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, _body, done) => done(null));
+    scope
+      .withTypeProvider<TypeBoxTypeProvider>()
+      .post(
+        `${BASE}/:id/events/:eventId/resend`,
+        { schema: operations.resendWebhookEvent, preValidation: [readEndpointId, readEventId] },
+        async (request, reply) => {
+          const key = keyOfRequest(request);
+          const event = eventUuidOf(request.params.eventId) ?? '';
+          const resent = await answered(options.replays().resend(key, event));
+          if (resent === undefined) throw notFound();
+          if (resent === 'unknown') throw unknownEvent();
+          if (resent === 'disabled') throw new HttpError(409, DISABLED_SEND_MESSAGE);
+          // Claimed here at once, rather than at the next poll.
+          changed(String(key));
+          return reply.code(202).send();
+        },
+      );
+  });
+
+  api.post(
+    `${BASE}/:id/test`,
+    { schema: operations.testWebhookEndpoint, preValidation: [readEndpointId, bodyOrEmpty] },
+    async (request) => {
+      const { eventType = 'newPlant' } = request.body;
+      const outcome = await options.dispatcher().test(keyOfRequest(request), eventType, answered);
+      if (outcome === undefined) throw notFound();
+      if (outcome === 'disabled') throw new HttpError(409, DISABLED_SEND_MESSAGE);
+      return outcome;
+    },
+  );
+
   refuseOtherMethods(app, BASE, ['GET', 'HEAD', 'POST']);
   refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
   refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
@@ -258,4 +303,6 @@ export async function endpointRoutes(
   refuseOtherMethods(app, `${BASE}/:id/headers`, ['GET', 'HEAD', 'PUT']);
   refuseOtherMethods(app, `${BASE}/:id/attempts`, ['GET', 'HEAD']);
   refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
+  refuseOtherMethods(app, `${BASE}/:id/events/:eventId/resend`, ['POST']);
+  refuseOtherMethods(app, `${BASE}/:id/test`, ['POST']);
 }

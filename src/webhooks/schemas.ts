@@ -11,6 +11,7 @@ import {
 } from './custom-headers.js';
 import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from './event-types.js';
 import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.js';
+import { ATTEMPT_TRIGGERS } from './triggers.js';
 
 export const URL_MAX_LENGTH = 2048;
 export const DESCRIPTION_MAX_LENGTH = 1024;
@@ -282,12 +283,21 @@ export const AttemptSchema = Type.Object(
   {
     id: Type.String({ pattern: '^att_[0-9a-f]{16}$', description: 'Chosen by the service' }),
     eventId: Type.String({
-      pattern: '^msg_[0-9a-f]{32}$',
-      description: 'The event: its `webhook-id`, the same on every attempt',
+      pattern: '^msg_(test_)?[0-9a-f]{32}$',
+      description:
+        'The event: its `webhook-id`, the same on every attempt (`msg_test_...` for a test)',
     }),
-    plantId: Type.Integer({
-      format: 'int64',
-      description: 'The plant the event is about, written with all its digits',
+    plantId: Type.Optional(
+      Type.Integer({
+        format: 'int64',
+        description:
+          'The plant the event is about (newPlant, plantDeleted), written with all its digits; absent for the other types',
+      }),
+    ),
+    trigger: Type.String({
+      enum: [...ATTEMPT_TRIGGERS],
+      description:
+        'Why it was made: `delivery` (the first attempt of a new event), `retry` (a later attempt), `recover` (a recover or the operator’s redeliver), `resend` or `test`',
     }),
     status: AttemptStatus('Whether the receiver answered 2xx in time'),
     responseStatus: Type.Optional(
@@ -308,6 +318,61 @@ export const AttemptSchema = Type.Object(
 export const EndpointIdParamsSchema = Type.Object({
   id: Type.String({ pattern: ENDPOINT_ID_PATTERN, description: 'The endpoint' }),
 });
+
+/** An event's `webhook-id`, as the attempt log shows it (a test's cannot be resent). */
+export const EVENT_ID_PATTERN = '^msg_[0-9a-f]{32}$';
+
+// A path that names no event is 404 (see readEventId), as one that names no endpoint.
+export const ResendParamsSchema = Type.Object({
+  id: Type.String({ pattern: ENDPOINT_ID_PATTERN, description: 'The endpoint' }),
+  eventId: Type.String({
+    pattern: EVENT_ID_PATTERN,
+    description: 'The event: its `webhook-id`, as the attempt log shows it',
+  }),
+});
+
+const eventTypeProblem = (value: unknown) =>
+  isEventTypeName(value)
+    ? undefined
+    : `names an unknown event type ${JSON.stringify(value)}: one of ${EVENT_TYPE_NAMES.join(', ')}`;
+
+export const EndpointTestSchema = Type.Object(
+  {
+    eventType: Type.Optional(
+      Checked<EventTypeName>('EventTypeName', eventTypeProblem, {
+        type: 'string',
+        enum: [...EVENT_TYPE_NAMES],
+        description: 'The type whose example is sent; newPlant',
+      }),
+    ),
+  },
+  { description: 'What to send. Unknown properties are ignored' },
+);
+
+export const TestOutcomeSchema = Type.Object(
+  {
+    eventId: Type.String({
+      pattern: '^msg_test_[0-9a-f]{32}$',
+      description: 'The `webhook-id` the test was sent with: `msg_test_` and 32 hex digits',
+    }),
+    status: AttemptStatus('Whether the receiver answered 2xx in time'),
+    responseStatus: Type.Optional(
+      Type.Integer({
+        format: 'int32',
+        description: "The receiver's status; absent when there was no answer",
+      }),
+    ),
+    error: Type.Optional(
+      Type.String({ description: 'Why it failed, when the status does not say it all' }),
+    ),
+    durationMs: Type.Integer({ format: 'int32', description: 'How long it took' }),
+  },
+  {
+    $id: 'TestOutcome',
+    description:
+      'How the one attempt of a test ended (it is in the attempt log too, never retried)',
+  },
+);
 
 const pageLimit = (items: string) =>
   Type.Optional(
@@ -374,4 +439,5 @@ export const endpointSchemas = [
   SigningKeySchema,
   AttemptSchema,
   CustomHeadersSchema,
+  TestOutcomeSchema,
 ];

@@ -63,7 +63,7 @@ function attemptDelivery(
   timeoutMs: number,
   signal: AbortSignal,
 ): Promise<AttemptResult> {
-  const id = webhookId(delivery.eventId);
+  const id = webhookId(delivery.eventId, delivery.trigger);
   const timestamp = Math.floor(Date.now() / 1000);
   return new Promise<AttemptResult>((resolve) => {
     let controller: Dispatcher.DispatchController | undefined;
@@ -181,7 +181,7 @@ export async function sendOn(
       attributes: {
         ...lane.receiverAttributes,
         ...(delivery.attempt > 1 && { [ATTR_HTTP_REQUEST_RESEND_COUNT]: delivery.attempt - 1 }),
-        'webhook.id': webhookId(delivery.eventId),
+        'webhook.id': webhookId(delivery.eventId, delivery.trigger),
       },
     },
     recorded ? trace.setSpanContext(ROOT_CONTEXT, recorded) : ROOT_CONTEXT,

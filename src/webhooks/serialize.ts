@@ -21,7 +21,8 @@ export function endpointOf(row: EndpointRow): Endpoint {
 
 /**
  * A page of the attempt log as JSON text. The plant id is written as its decimal digits, a JSON
- * integer that a number would round; the optional members are left out when there are none.
+ * integer that a number would round; the optional members are left out when there are none (a
+ * plant id when the event is about no plant). A test's event id is `msg_test_...`.
  */
 export function attemptsJson(rows: readonly AttemptRow[]): string {
   const items = rows.map((row) => {
@@ -29,8 +30,8 @@ export function attemptsJson(rows: readonly AttemptRow[]): string {
     const status = row.responseStatus === null ? '' : `,"responseStatus":${row.responseStatus}`;
     const error = row.error === null ? '' : `,"error":${JSON.stringify(row.error)}`;
     return (
-      `{"id":"${attemptIdOf(row.id)}","eventId":"${webhookId(row.eventId)}"${plant}` +
-      `,"status":"${row.succeeded ? 'succeeded' : 'failed'}"${status}${error}` +
+      `{"id":"${attemptIdOf(row.id)}","eventId":"${webhookId(row.eventId, row.trigger)}"${plant}` +
+      `,"trigger":"${row.trigger}","status":"${row.succeeded ? 'succeeded' : 'failed'}"${status}${error}` +
       `,"durationMs":${row.durationMs},"attemptedAt":"${row.attemptedAt}"}`
     );
   });

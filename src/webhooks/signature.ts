@@ -10,9 +10,12 @@ export function signingKey(secret: string): KeyObject {
   return createSecretKey(Buffer.from(secret.slice(SECRET_PREFIX.length), 'base64'));
 }
 
-/** `webhook-id` of an event: `msg_` and its UUID's hex digits. */
-export function webhookId(eventId: string): string {
-  return `msg_${eventId.replaceAll('-', '')}`;
+/**
+ * `webhook-id` of an event: `msg_` and its UUID's hex digits; `msg_test_` and them for a test
+ * event (`trigger` 'test'), which a receiver can tell from every real one.
+ */
+export function webhookId(eventId: string, trigger?: string): string {
+  return `${trigger === 'test' ? 'msg_test_' : 'msg_'}${eventId.replaceAll('-', '')}`;
 }
 
 /**

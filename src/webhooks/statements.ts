@@ -9,6 +9,7 @@ import {
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
 } from './endpoints.js';
+import type { AttemptTrigger, DeliveryTrigger } from './triggers.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];
@@ -19,7 +20,7 @@ export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
 
 /** The columns every claim returns: the delivery, and its endpoint's target when it has one. */
-interface DeliveryRow {
+export interface DeliveryRow {
   id: string;
   event_id: string;
   endpoint_key: string;
@@ -30,6 +31,9 @@ interface DeliveryRow {
   endpoint_version: number;
   configured: boolean;
   body: string;
+  /** Why the delivery exists (see triggers.ts). */
+  trigger: DeliveryTrigger;
+  event_type: string;
   attempts: number;
   /** The row's count of claims, this one included, in decimal. */
   claims: string;
@@ -50,7 +54,7 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
  * another change of the row reads it again after that one commits, so the last is the newest
  * (now() is when its transaction began, which may be before the other's).
  */
-const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
+export const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_url,
   e.secret, case when e.previous_secret_until > now() then e.previous_secret end as previous_secret,
   e.headers, (extract(epoch from e.updated_at) * 1000)::float8 as endpoint_version, e.configured`);
 
@@ -61,7 +65,7 @@ const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
 /** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
 const sinceIfLapsed = sql`case when ${lapsed} then ${NEXT_EVENT} else e.since_event end`;
 
-function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
+export function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | null) {
   return {
     id: row.id,
     /** The event (a UUID): `webhook-id` is derived from it, the same on every attempt. */
@@ -84,6 +88,10 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
     },
     /** The exact bytes to sign and send. */
     body: row.body,
+    /** Why the delivery exists: its first attempt is logged with it, later ones as retries. */
+    trigger: row.trigger,
+    /** The type of its event (see event-types.ts). */
+    eventType: row.event_type,
     /** This attempt's number, from 1. */
     attempt: row.attempts,
     /** The row's count of claims when this one was made: it fences the claim (see record). */
@@ -127,12 +135,14 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                  case when e.disabled then 'endpoint disabled' end
             from taken join webhook_endpoints as e
               on e.since_event < taken.id and ${receiving}
-          returning id, event_id, endpoint_id, body, failed_at is null as claimed
+          returning id, event_id, endpoint_id, body, event_type, trigger,
+                    failed_at is null as claimed
         ),
-        missed as (select endpoint_id, event_id, body from written where not claimed),
+        missed as (select endpoint_id, event_id, body, event_type from written where not claimed),
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, ${endpointColumns}, taken.body,
+               written.trigger, written.event_type,
                1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
                taken.traceparent
           from taken
@@ -161,10 +171,11 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                       and (${sql.placeholder('only')}::int8 is null
                            or e.id = ${sql.placeholder('only')}::int8)
                       and e.id <> all(${sql.placeholder('busy')}::int8[])))
-          returning id, event_id, endpoint_id, body, attempts, claims, created_at
+          returning id, event_id, endpoint_id, body, trigger, event_type, attempts, claims, created_at
         )
         select claimed.id::text as id, claimed.event_id::text as event_id,
-               ${endpointColumns}, claimed.body, claimed.attempts, claimed.claims::text as claims,
+               ${endpointColumns}, claimed.body, claimed.trigger, claimed.event_type,
+               claimed.attempts, claimed.claims::text as claims,
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
   );
@@ -305,6 +316,11 @@ export interface AttemptRecord {
   eventId: string;
   /** The plant's id, in decimal, read from the body; undefined when it has none. */
   plantId: string | undefined;
+  /** Why the attempt was made; a test's attempt says nothing of the endpoint's health. */
+  trigger: AttemptTrigger;
+  eventType: string;
+  /** The bytes sent: what a resend of the event sends again. */
+  body: string;
   succeeded: boolean;
   status?: number | undefined;
   error?: string | undefined;
@@ -318,6 +334,8 @@ export interface AttemptRecord {
 /** How one attempt, or a claim given back, leaves its delivery. */
 export type Outcome = (
   | /** Delivered: the row goes. */ { kind: 'delivered'; id: string }
+  /** A test, whatever it answered: the row goes (a test is never attempted again). */
+  | { kind: 'tested'; id: string }
   /** Failed; attempted again after `delayMs`. */
   | { kind: 'retry'; id: string; claim: string; delayMs: number; status?: number; error: string }
   /** Given up: after the last attempt, or a 410. */
@@ -341,9 +359,16 @@ export const GONE_REASON = 'the receiver answered 410 Gone';
 export const failingReason = (seconds: number) =>
   `every attempt failed for ${seconds} seconds (WEBHOOK_DISABLE_AFTER_S)`;
 
-/** `{"id":<digits>` opens every newPlant body: the plant's id, exactly. */
-const plantIdPattern = /^\{"id":(-?\d{1,19})[,}]/;
-export const plantIdOf = (body: string) => plantIdPattern.exec(body)?.[1];
+/**
+ * `{"id":<digits>` opens every newPlant body, and a plantDeleted envelope's data: the plant's id,
+ * exactly. The other types are about no plant. (missedLog in endpoints.ts reads it so too.)
+ */
+const plantIdPatterns = [
+  /^\{"id":(-?\d{1,19})[,}]/,
+  /^\{"type":"plantDeleted","timestamp":"[^"]*","data":\{"id":(-?\d{1,19})[,}]/,
+];
+export const plantIdOf = (body: string) =>
+  plantIdPatterns.map((pattern) => pattern.exec(body)?.[1]).find((id) => id !== undefined);
 
 export type OutcomeStatements = ReturnType<typeof createOutcomeStatements>;
 
@@ -400,16 +425,19 @@ export function createOutcomeStatements(
              for key share
         ),
         logged as (
-          insert into webhook_attempts (endpoint_id, event_id, plant_id, succeeded,
-                                        response_status, error, duration_ms, attempted_at)
-          select a.endpoint_id, a.event_id, a.plant_id, a.succeeded, a.status, a.error,
-                 a.duration_ms, to_timestamp(a.at_ms / 1000)
+          insert into webhook_attempts (endpoint_id, event_id, plant_id, trigger, event_type, body,
+                                        succeeded, response_status, error, duration_ms, attempted_at)
+          select a.endpoint_id, a.event_id, a.plant_id, a.trigger, a.event_type, a.body,
+                 a.succeeded, a.status, a.error, a.duration_ms, to_timestamp(a.at_ms / 1000)
             from unnest(${sql.placeholder('endpoints')}::int8[], ${sql.placeholder('events')}::uuid[],
-                        ${sql.placeholder('plants')}::int8[], ${sql.placeholder('succeeded')}::bool[],
+                        ${sql.placeholder('plants')}::int8[], ${sql.placeholder('triggers')}::text[],
+                        ${sql.placeholder('eventTypes')}::text[], ${sql.placeholder('bodies')}::text[],
+                        ${sql.placeholder('succeeded')}::bool[],
                         ${sql.placeholder('statuses')}::int4[], ${sql.placeholder('errors')}::text[],
                         ${sql.placeholder('durations')}::int4[], ${sql.placeholder('at')}::float8[])
               with ordinality
-              as a(endpoint_id, event_id, plant_id, succeeded, status, error, duration_ms, at_ms, n)
+              as a(endpoint_id, event_id, plant_id, trigger, event_type, body, succeeded, status,
+                   error, duration_ms, at_ms, n)
             join live on live.id = a.endpoint_id
            -- Ids in the order the attempts started: the log lists them newest first by id.
            order by a.n
@@ -447,7 +475,7 @@ export function createOutcomeStatements(
   return {
     /** Writes outcomes; returns the endpoints that their attempts disabled. */
     async record(outcomes: Outcome[]): Promise<DisabledEndpoint[]> {
-      const delivered = outcomes.filter((o) => o.kind === 'delivered');
+      const delivered = outcomes.filter((o) => o.kind === 'delivered' || o.kind === 'tested');
       const settled = outcomes.filter((o) => o.kind === 'retry' || o.kind === 'failed');
       const released = outcomes.filter((o) => o.kind === 'released');
       const records = outcomes.flatMap((o) => (o.record ? [o.record] : []));
@@ -480,6 +508,8 @@ function logValues(unordered: AttemptRecord[], disableAfterS: number) {
   const records = unordered.toSorted((a, b) => a.attemptedAtMs - b.attemptedAtMs);
   const health = new Map<string, { ok: boolean; gone: boolean }>();
   for (const record of records) {
+    // A test neither ends a run of failures nor adds to one: it never disables its endpoint.
+    if (record.trigger === 'test') continue;
     const seen = health.get(record.endpoint);
     health.set(record.endpoint, {
       ok: record.succeeded,
@@ -490,6 +520,9 @@ function logValues(unordered: AttemptRecord[], disableAfterS: number) {
     endpoints: records.map((r) => r.endpoint),
     events: records.map((r) => r.eventId),
     plants: records.map((r) => r.plantId ?? null),
+    triggers: records.map((r) => r.trigger),
+    eventTypes: records.map((r) => r.eventType),
+    bodies: records.map((r) => r.body),
     succeeded: records.map((r) => r.succeeded),
     statuses: records.map((r) => r.status ?? null),
     errors: records.map((r) => r.error ?? null),
@@ -541,7 +574,9 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
                                    join webhook_endpoints as e on e.id = d.endpoint_id
                                   where d.failed_at is null and ${receiving}
                                   limit ${STATS_COUNT_LIMIT}) as p)::int4 as pending,
-          (select count(*) from (select 1 from webhook_deliveries where failed_at is not null
+          -- A test's row is born given up (see replays.ts): it waits for no redelivery.
+          (select count(*) from (select 1 from webhook_deliveries
+                                  where failed_at is not null and trigger <> 'test'
                                   limit ${STATS_COUNT_LIMIT}) as f)::int4 as failed,
           (select extract(epoch from now() - min(due.next_attempt_at))::float8
              from webhook_endpoints as e
@@ -615,7 +650,8 @@ export async function redeliverFailed(
   filter: RedeliveryFilter,
   dryRun = false,
 ): Promise<number> {
-  const where = sql`failed_at is not null
+  // A test is never sent again (its row lives only while it runs).
+  const where = sql`failed_at is not null and trigger <> 'test'
     and (${filter.url ?? null}::text is null
          or endpoint_id in (select id from webhook_endpoints where url = ${filter.url ?? null}::text))
     and (${filter.eventId ?? null}::uuid is null or event_id = ${filter.eventId ?? null}::uuid)
@@ -625,7 +661,7 @@ export async function redeliverFailed(
     ? sql`select count(*)::int4 as count from webhook_deliveries where ${where}`
     : sql`with redelivered as (
             update webhook_deliveries
-               set failed_at = null, attempts = 0, next_attempt_at = now()
+               set failed_at = null, attempts = 0, next_attempt_at = now(), trigger = 'recover'
              where ${where}
             returning 1)
           select count(*)::int4 as count from redelivered`;

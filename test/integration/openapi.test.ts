@@ -41,10 +41,12 @@ describe('GET /openapi.json', () => {
       '/webhooks/endpoints',
       '/webhooks/endpoints/{id}',
       '/webhooks/endpoints/{id}/attempts',
+      '/webhooks/endpoints/{id}/events/{eventId}/resend',
       '/webhooks/endpoints/{id}/headers',
       '/webhooks/endpoints/{id}/recover',
       '/webhooks/endpoints/{id}/secret',
       '/webhooks/endpoints/{id}/secret/rotate',
+      '/webhooks/endpoints/{id}/test',
     ]);
     for (const [path, operations] of management) {
       for (const [method, operation] of Object.entries(operations)) {

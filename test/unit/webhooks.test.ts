@@ -3,6 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { nextStep, RETRY_AFTER_MAX_MS, retryAfterMs } from '../../src/webhooks/schedule.js';
 import { signature, signingKey, webhookId } from '../../src/webhooks/signature.js';
+import { plantIdOf } from '../../src/webhooks/statements.js';
+import { testEventBody } from '../../src/webhooks/test-events.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const base = { API_TOKENS: 'token', WEBHOOK_SECRET: SECRET };
@@ -94,6 +96,49 @@ describe('a signature', () => {
     expect(id).toBe('msg_0f1e2d3c4b5a69788796a5b4c3d2e1f0');
     expect(() => new Webhook(SECRET).verify(body, headers)).not.toThrow();
     expect(() => new Webhook(SECRET).verify(body.replace('807', '806'), headers)).toThrow();
+  });
+});
+
+describe('a test event', () => {
+  const at = new Date('2026-11-25T18:30:00.123Z');
+
+  it('has a webhook-id of its own kind, msg_test_', () => {
+    const uuid = '0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0';
+    expect(webhookId(uuid, 'test')).toBe('msg_test_0f1e2d3c4b5a69788796a5b4c3d2e1f0');
+    expect(webhookId(uuid, 'resend')).toBe('msg_0f1e2d3c4b5a69788796a5b4c3d2e1f0');
+  });
+
+  it('sends a Plant for newPlant and the envelope for every other type, as compact JSON', () => {
+    expect(testEventBody('newPlant', at)).toBe(
+      '{"id":9007199254740991,"name":"Monstera","tag":"aroid"}',
+    );
+    expect(testEventBody('plantDeleted', at)).toBe(
+      '{"type":"plantDeleted","timestamp":"2026-11-25T18:30:00.123Z","data":{"id":9007199254740991,"name":"Monstera","tag":"aroid"}}',
+    );
+    expect(JSON.parse(testEventBody('endpointDisabled', at))).toStrictEqual({
+      type: 'endpointDisabled',
+      timestamp: '2026-11-25T18:30:00.123Z',
+      data: {
+        endpointId: 'ep_0000000000000001',
+        url: 'https://receiver.example.com/plants',
+        reason: 'the receiver answered 410 Gone',
+        disabledAt: '2026-11-25T18:30:00.123Z',
+      },
+    });
+    expect(Object.keys(JSON.parse(testEventBody('deliveryExhausted', at)).data)).toStrictEqual([
+      'endpointId',
+      'eventId',
+      'eventType',
+      'attempts',
+      'lastError',
+    ]);
+  });
+
+  it('names its plant in the attempt log when it is about one', () => {
+    expect(plantIdOf(testEventBody('newPlant', at))).toBe('9007199254740991');
+    expect(plantIdOf(testEventBody('plantDeleted', at))).toBe('9007199254740991');
+    expect(plantIdOf(testEventBody('deliveryExhausted', at))).toBeUndefined();
+    expect(plantIdOf('{"id":-9223372036854775808}')).toBe('-9223372036854775808');
   });
 });
 

@@ -3,7 +3,7 @@
 import { client } from './client.gen.js';
 import type { Client, ClientMeta, Options as Options2, RequestResult, TDataShape } from './client/index.js';
 import { getPlantResponseTransformer, listPlantsResponseTransformer, listWebhookEndpointAttemptsResponseTransformer } from './transformers.gen.js';
-import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointHeadersData, GetWebhookEndpointHeadersErrors, GetWebhookEndpointHeadersResponses, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, SetWebhookEndpointHeadersData, SetWebhookEndpointHeadersErrors, SetWebhookEndpointHeadersResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
+import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointHeadersData, GetWebhookEndpointHeadersErrors, GetWebhookEndpointHeadersResponses, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, ResendWebhookEventData, ResendWebhookEventErrors, ResendWebhookEventResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, SetWebhookEndpointHeadersData, SetWebhookEndpointHeadersErrors, SetWebhookEndpointHeadersResponses, TestWebhookEndpointData, TestWebhookEndpointErrors, TestWebhookEndpointResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
 
 export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends boolean = boolean, TResponse = unknown> = Options2<TData, ThrowOnError, TResponse> & {
     /**
@@ -278,6 +278,40 @@ export const recoverWebhookEndpoint = <ThrowOnError extends boolean = false>(opt
             type: 'http'
         }],
     url: '/webhooks/endpoints/{id}/recover',
+    ...options,
+    headers: {
+        'Content-Type': 'application/json',
+        ...options.headers
+    }
+});
+
+/**
+ * Send one event to an endpoint again
+ *
+ * The event is delivered to this endpoint again, whatever became of it (delivered, failed or still pending), with its original `webhook-id` and the bytes it was sent with, in the background; the attempts show `"trigger": "resend"` in the attempt log, and fail and retry as any delivery does. An event stays resendable for `WEBHOOK_LOG_RETENTION_S`. The body, if any, is ignored.
+ */
+export const resendWebhookEvent = <ThrowOnError extends boolean = false>(options: Options<ResendWebhookEventData, ThrowOnError>): RequestResult<ResendWebhookEventResponses, ResendWebhookEventErrors, ThrowOnError> => (options.client ?? client).post<ResendWebhookEventResponses, ResendWebhookEventErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/events/{eventId}/resend',
+    ...options
+});
+
+/**
+ * Send an example event to an endpoint, and tell how it went
+ *
+ * An example of `eventType` (newPlant when absent) is sent at once, signed with the endpoint’s key, with a `webhook-id` that starts `msg_test_`; the answer says how that one attempt ended. It is in the attempt log (`"trigger": "test"`), is never retried nor recovered, and does not count toward disabling the endpoint. The body may be left out.
+ */
+export const testWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<TestWebhookEndpointData, ThrowOnError>): RequestResult<TestWebhookEndpointResponses, TestWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).post<TestWebhookEndpointResponses, TestWebhookEndpointErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/endpoints/{id}/test',
     ...options,
     headers: {
         'Content-Type': 'application/json',

@@ -18,7 +18,9 @@ export const getPlantResponseTransformer = async (data: any): Promise<GetPlantRe
 };
 
 const attemptSchemaResponseTransformer = (data: any) => {
-    data.plantId = BigInt(data.plantId.toString());
+    if (data.plantId) {
+        data.plantId = BigInt(data.plantId.toString());
+    }
     return data;
 };
 

@@ -191,13 +191,17 @@ export type Attempt = {
      */
     id: string;
     /**
-     * The event: its `webhook-id`, the same on every attempt
+     * The event: its `webhook-id`, the same on every attempt (`msg_test_...` for a test)
      */
     eventId: string;
     /**
-     * The plant the event is about, written with all its digits
+     * The plant the event is about (newPlant, plantDeleted), written with all its digits; absent for the other types
      */
-    plantId: bigint;
+    plantId?: bigint;
+    /**
+     * Why it was made: `delivery` (the first attempt of a new event), `retry` (a later attempt), `recover` (a recover or the operator’s redeliver), `resend` or `test`
+     */
+    trigger: 'delivery' | 'retry' | 'recover' | 'resend' | 'test';
     /**
      * Whether the receiver answered 2xx in time
      */
@@ -230,6 +234,32 @@ export type CustomHeaders = {
     headers: {
         [key: string]: string;
     };
+};
+
+/**
+ * How the one attempt of a test ended (it is in the attempt log too, never retried)
+ */
+export type TestOutcome = {
+    /**
+     * The `webhook-id` the test was sent with: `msg_test_` and 32 hex digits
+     */
+    eventId: string;
+    /**
+     * Whether the receiver answered 2xx in time
+     */
+    status: 'succeeded' | 'failed';
+    /**
+     * The receiver's status; absent when there was no answer
+     */
+    responseStatus?: number;
+    /**
+     * Why it failed, when the status does not say it all
+     */
+    error?: string;
+    /**
+     * How long it took
+     */
+    durationMs: number;
 };
 
 export type GetHealthzData = {
@@ -1278,6 +1308,156 @@ export type RecoverWebhookEndpointResponses = {
 };
 
 export type RecoverWebhookEndpointResponse = RecoverWebhookEndpointResponses[keyof RecoverWebhookEndpointResponses];
+
+export type ResendWebhookEventData = {
+    body?: never;
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+        /**
+         * The event: its `webhook-id`, as the attempt log shows it
+         */
+        eventId: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/events/{eventId}/resend';
+};
+
+export type ResendWebhookEventErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id, or it has no event with this `webhook-id` within `WEBHOOK_LOG_RETENTION_S`
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The endpoint is disabled: enable it first
+     */
+    409: Error;
+    /**
+     * The body (which is ignored) is larger than the limit
+     */
+    413: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type ResendWebhookEventError = ResendWebhookEventErrors[keyof ResendWebhookEventErrors];
+
+export type ResendWebhookEventResponses = {
+    /**
+     * The event is due again for this endpoint
+     */
+    202: unknown;
+};
+
+export type TestWebhookEndpointData = {
+    /**
+     * What to send. Unknown properties are ignored
+     */
+    body?: {
+        /**
+         * The type whose example is sent; newPlant
+         */
+        eventType?: 'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted';
+    };
+    path: {
+        /**
+         * The endpoint
+         */
+        id: string;
+    };
+    query?: never;
+    url: '/webhooks/endpoints/{id}/test';
+};
+
+export type TestWebhookEndpointErrors = {
+    /**
+     * `eventType` is not an event type, or the body is not JSON
+     */
+    400: Error;
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * No endpoint has this id (or it was deleted)
+     */
+    404: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * The endpoint is disabled: enable it first
+     */
+    409: Error;
+    /**
+     * The body is larger than the limit
+     */
+    413: Error;
+    /**
+     * The content type is not application/json
+     */
+    415: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type TestWebhookEndpointError = TestWebhookEndpointErrors[keyof TestWebhookEndpointErrors];
+
+export type TestWebhookEndpointResponses = {
+    /**
+     * How the attempt ended
+     */
+    200: TestOutcome;
+};
+
+export type TestWebhookEndpointResponse = TestWebhookEndpointResponses[keyof TestWebhookEndpointResponses];
 
 /**
  * Plant added to the store: the NewPlant as stored, its id with every digit
