@@ -18,7 +18,7 @@ export const getPlantResponseTransformer = async (data: any): Promise<GetPlantRe
 };
 
 const attemptSchemaResponseTransformer = (data: any) => {
-    if (data.plantId) {
+    if (data.plantId !== undefined) {
         data.plantId = BigInt(data.plantId.toString());
     }
     return data;
