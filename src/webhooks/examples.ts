@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { errorResponse } from '../http/errors.js';
 import type { Example, OperationExamples } from '../http/openapi.js';
+import { EVENT_TYPES_JSON } from './event-types.js';
 
 // Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
 // (test/integration/openapi.test.ts checks), in the words the service answers with.
@@ -111,6 +112,12 @@ export const endpointExamples = {
     lastDay: { summary: 'Since a time', value: { since: '2026-11-24T18:30:00Z' } },
   },
   recovering: { some: { summary: 'Three deliveries due again', value: { recovering: 3 } } },
+  eventTypes: {
+    catalog: {
+      summary: 'GET /webhooks/event-types: the catalog',
+      value: JSON.parse(EVENT_TYPES_JSON),
+    },
+  },
 };
 
 export const DISABLED_MESSAGE =

@@ -16,6 +16,7 @@ import {
   EndpointPageQuerySchema,
   EndpointPatchSchema,
   EndpointSchema,
+  EventTypeSchema,
   NewEndpointSchema,
   RecoveringSchema,
   RecoverSchema,
@@ -230,6 +231,18 @@ export const operations = {
       409: ['The endpoint is disabled: enable it first', errors.disabled],
       413: tooLarge,
       415: notJson,
+    },
+  }),
+  listWebhookEventTypes: operation({
+    operationId: 'listWebhookEventTypes',
+    summary: 'List the event types an endpoint may receive',
+    description:
+      'Each type’s name (as an endpoint’s `events` lists it), what it means, and the JSON Schema of the body a receiver is sent. The document’s `webhooks` describes each too.',
+    answers: {
+      200: [
+        Type.Array(refTo(EventTypeSchema), { description: 'The catalog, in a fixed order' }),
+        examples.eventTypes,
+      ],
     },
   }),
 };

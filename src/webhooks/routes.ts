@@ -7,7 +7,7 @@ import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
-import { DEFAULT_EVENT_TYPES } from './event-types.js';
+import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from './event-types.js';
 import { CONFIGURED_MESSAGE, DISABLED_MESSAGE, SECRET_UNAVAILABLE_MESSAGE } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
@@ -26,6 +26,7 @@ import { attemptsJson, endpointOf } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 const BASE = '/webhooks/endpoints';
+const EVENT_TYPES = '/webhooks/event-types';
 
 export interface EndpointRoutesOptions {
   /** The statements; throws (503) while the service is still opening its database. */
@@ -215,10 +216,16 @@ export async function endpointRoutes(
     },
   );
 
+  // The catalog is the same for every request: its JSON is made once.
+  api.get(EVENT_TYPES, { schema: operations.listWebhookEventTypes }, async (_request, reply) =>
+    reply.type(JSON_TYPE).send(EVENT_TYPES_JSON),
+  );
+
   refuseOtherMethods(app, BASE, ['GET', 'HEAD', 'POST']);
   refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
   refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
   refuseOtherMethods(app, `${BASE}/:id/secret/rotate`, ['POST']);
   refuseOtherMethods(app, `${BASE}/:id/attempts`, ['GET', 'HEAD']);
   refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
+  refuseOtherMethods(app, EVENT_TYPES, ['GET', 'HEAD']);
 }

@@ -334,6 +334,21 @@ export const AttemptPageQuerySchema = Type.Object({
   ),
 });
 
+export const EventTypeSchema = Type.Object(
+  {
+    name: Type.String({
+      enum: [...EVENT_TYPE_NAMES],
+      description: 'Its name, as `events` lists it',
+    }),
+    description: Type.String({ description: 'What happened when it is sent' }),
+    schema: Type.Object(
+      {},
+      { additionalProperties: true, description: 'The JSON Schema of its body, self-contained' },
+    ),
+  },
+  { $id: 'EventType', description: 'A type of event an endpoint may receive' },
+);
+
 /** The shared schemas of the management API, registered by their $id. */
 export const endpointSchemas = [
   EndpointSchema,
@@ -341,4 +356,5 @@ export const endpointSchemas = [
   EndpointPatchSchema,
   SigningKeySchema,
   AttemptSchema,
+  EventTypeSchema,
 ];
