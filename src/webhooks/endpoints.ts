@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { INT64_MAX } from '../kinds.js';
+import { endpointDisabledEvents } from './event-bodies.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
@@ -60,6 +61,9 @@ const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.ur
   ${rfc3339(sql`${table}.updated_at`)} as "updatedAt"`;
 
 const endpoints = sql.raw('webhook_endpoints');
+
+/** The reason an endpointDisabled event gives when a client disabled the endpoint. */
+export const API_DISABLED_REASON = 'disabled through the API';
 
 /** Held shared by each create while it records events (see record_events). */
 const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
@@ -151,10 +155,19 @@ export function createEndpointStore(
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
   // pending deliveries in the same statement (attempts already claimed: see
   // EngineTiming.startWindowMs).
+  // An enabled endpoint that the patch disables is an endpointDisabled event, in the same
+  // statement. `before` reads its row under the lock the update takes anyway, so the newest
+  // version, and before the subscription lock, in the order the attempt log's statement takes
+  // them (row, then lock).
   const update = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_patch',
-    sql`with changed as (
+    sql`with before as (
+          select id as before_id, disabled as was_disabled from webhook_endpoints
+           where id = ${endpointKey} and not configured
+             for no key update
+        ),
+        changed as (
           update webhook_endpoints
              set url = coalesce(${placeholder('url')}::text, url),
                  description = coalesce(${placeholder('description')}::text, description),
@@ -167,12 +180,18 @@ export function createEndpointStore(
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
                  updated_at = clock_timestamp()
-            from ${subscriptionLockedIf(sql`select 1 where ${placeholder('events')}::text[] is not null`)}
-           where id = ${endpointKey} and not configured
-          returning webhook_endpoints.*
+            from before, ${subscriptionLockedIf(sql`select 1 from before
+                                                      where ${placeholder('events')}::text[] is not null`)}
+           where id = before.before_id
+          returning webhook_endpoints.*, before.was_disabled
         ),
-        ${givenUp('select id from changed where disabled')}
-        select ${endpointColumns(sql.raw('changed'))} from changed`,
+        ${givenUp('select id from changed where disabled')},
+        ${endpointDisabledEvents(
+          'disabled_events',
+          sql`select id, url, ${API_DISABLED_REASON}::text, updated_at from changed
+               where disabled and not was_disabled`,
+        )}
+        select ${endpointColumns(sql.raw('changed'))} from changed, disabled_events`,
   );
   const remove = prepareStatement<{ id: string }>(
     db,
