@@ -82,9 +82,9 @@ const badPage: Answer = [
 export const operations = {
   createWebhookEndpoint: operation({
     operationId: 'createWebhookEndpoint',
-    summary: 'Subscribe an endpoint to the newPlant webhook',
+    summary: 'Subscribe an endpoint to the webhooks',
     description:
-      'Every plant committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.',
+      'Every event of the types in `events` (newPlant unless it says otherwise; see GET /webhooks/event-types) committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.',
     body: refTo(NewEndpointSchema),
     request: examples.newEndpoint,
     answers: {
