@@ -452,6 +452,9 @@ describe('WEBHOOK_URLS as configured endpoints', () => {
         url: hook.url,
         description: '',
         disabled: false,
+        // WEBHOOK_EVENTS, unset: newPlant.
+        events: ['newPlant'],
+        rateLimit: null,
         configured: true,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),
