@@ -78,6 +78,14 @@ export const SUBSCRIPTION_LOCKED = sql.raw(
 export const subscriptionLockedIf = (rows: SQL) =>
   sql`(select count(*) from (select pg_advisory_xact_lock(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
                                from (${rows}) as rows limit 1) as locks) as subscription_locked`;
+/**
+ * A one-row FROM item that takes the subscription lock shared, as record_events does, when
+ * `condition` holds: a statement that records events after it locks rows takes it first, in
+ * the order of the changes that take it exclusively (the lock, then rows).
+ */
+export const subscriptionSharedIf = (condition: SQL) =>
+  sql`(select count(*) from (select pg_advisory_xact_lock_shared(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
+                              where ${condition}) as locks) as subscription_shared`;
 /** Above every event recorded before the lock, below every one after it. */
 export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
 /** A new endpoint's row key, drawn before its insert: its secret is sealed for it. */

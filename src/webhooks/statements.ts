@@ -8,6 +8,7 @@ import {
   NEXT_EVENT,
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
+  subscriptionSharedIf,
 } from './endpoints.js';
 import { deliveryExhaustedEvents, endpointDisabledEvents } from './event-bodies.js';
 import { DEFAULT_EVENT_TYPES } from './event-types.js';
@@ -368,19 +369,25 @@ export function createOutcomeStatements(
   // matches nothing; so does one for a delivery given up meanwhile (its endpoint disabled).
   // A delivery given up after its last attempt is a deliveryExhausted event, in the same
   // statement; not one a 410 ended (410 is always `gone`, see nextStep), nor a test, nor a
-  // deliveryExhausted event itself (events about it would never end).
+  // deliveryExhausted event itself (events about it would never end). A batch that may record
+  // one takes the subscription lock before the rows (`outcomes` yields no row until it has
+  // it): a PATCH takes it, then gives up that endpoint's deliveries; the other order deadlocks.
   const reschedule = prepareStatement(
     db,
     'webhook_reschedule',
-    sql`with settled as (
+    sql`with outcomes as (
+          select o.* from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
+                                 ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
+                                 ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error),
+                 ${subscriptionSharedIf(sql`${sql.placeholder('exhausting')}::boolean`)}
+        ),
+        settled as (
           update webhook_deliveries as d
              set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
                  failed_at = case when o.delay_ms is null then now() end,
                  last_status = o.status,
                  last_error = o.error
-            from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
-                        ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
-                        ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error)
+            from outcomes as o
            where d.id = o.id and d.claims = o.claim and d.failed_at is null
           returning d.endpoint_id, d.event_id, d.event_type, d.trigger, d.attempts, o.delay_ms,
                     o.status, o.error
@@ -487,6 +494,7 @@ export function createOutcomeStatements(
             delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
+            exhausting: settled.some((o) => o.kind === 'failed' && o.status !== 410),
           }),
         released.length > 0 &&
           release.execute({

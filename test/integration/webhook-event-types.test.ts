@@ -2,12 +2,15 @@
 // envelope), the fan-out by `events`, the operational events the engine and the API record,
 // WEBHOOK_EVENTS for the configured endpoints, and the refusal of unknown or empty lists.
 import { Ajv2020 } from 'ajv/dist/2020.js';
+import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { plantJson } from '../../src/plants/serialize.js';
 import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/event-types.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
+import { createOutcomeStatements } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { testEngine } from '../helpers/database.js';
 import {
   type Answer,
   type ReceivedRequest,
@@ -501,5 +504,66 @@ describe('events in POST and PATCH', () => {
       headers: admin,
     });
     expect(shown.json().events).toStrictEqual(['newPlant']);
+  });
+});
+
+describe.runIf(testEngine() === 'postgres')('the lock order of a delivery given up', () => {
+  it('takes the subscription lock before the delivery rows, as a PATCH that disables does', async () => {
+    const t = await app();
+    const watcher = await endpoint(t, {
+      url: 'https://receiver.example.com/plants',
+      events: ['deliveryExhausted'],
+    });
+    const key = String(BigInt(`0x${watcher.slice(3)}`));
+    // A delivery at its last attempt, claimed (claim 5) and not due, so no dispatcher takes it.
+    const [row] = await t.database.query<{ id: string }>(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, attempts, claims, next_attempt_at)
+       values (gen_random_uuid(), $1, '{"id":1,"name":"Fern"}', 3, 5, now() + interval '1 hour')
+       returning id::text`,
+      [key],
+    );
+    const id = row?.id ?? '';
+    const connection = async () => {
+      const client = new Client({ connectionString: t.database.url });
+      await client.connect();
+      open.push({ close: () => client.end() });
+      return client;
+    };
+    // A change that holds the lock exclusively, as a PATCH of `events` does.
+    const change = await connection();
+    await change.query('begin');
+    await change.query('select pg_advisory_xact_lock(7308604714553418611)');
+    const statements = createOutcomeStatements(t.appDatabase.db, { disableAfterS: 3600 });
+    const recording = statements.record([
+      { kind: 'failed', id, claim: '5', status: 500, error: 'HTTP 500' },
+    ]);
+    await eventually(
+      () =>
+        t.database.query<{ waiting: number }>(
+          `select count(*)::int4 as waiting from pg_locks
+            where locktype = 'advisory' and mode = 'ShareLock' and not granted`,
+        ),
+      ([waiting]) => waiting?.waiting === 1,
+    );
+    // Waiting for the lock, it holds no delivery row: the change could give them up and commit.
+    const other = await connection();
+    await other.query('begin');
+    const locked = await other.query(
+      'select id from webhook_deliveries where id = $1 for update nowait',
+      [id],
+    );
+    expect(locked.rowCount).toBe(1);
+    await other.query('rollback');
+    await change.query('commit');
+    await recording;
+    const [given] = await t.database.query<{ failed: boolean; events: number }>(
+      `select failed_at is not null as failed,
+              (select count(*)::int4 from webhook_events where type = 'deliveryExhausted')
+              + (select count(*)::int4 from webhook_deliveries where event_type = 'deliveryExhausted')
+                as events
+         from webhook_deliveries where id = $1`,
+      [id],
+    );
+    expect(given).toStrictEqual({ failed: true, events: 1 });
   });
 });
