@@ -15,6 +15,7 @@ describe('the webhook configuration', () => {
     ).toStrictEqual({
       urls: ['https://a.example/hook', 'http://b.example:8080/x?k=1'],
       secret: SECRET,
+      events: ['newPlant'],
       timeoutMs: 15000,
       retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
       concurrency: 64,
