@@ -242,8 +242,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     /**
      * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
      * those another process is taking, and turns each into one delivery per receiving endpoint
-     * made before it (see since_event) that lists its type in `events`, born claimed by this process (attempt 1, for the lease);
-     * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
+     * made before it (see since_event) that lists its type in `events`, born claimed by this
+     * process (attempt 1, for the lease); a disabled endpoint's is born failed ("endpoint
+     * disabled") and logged so. The events go.
      * `last` is the position of the last event taken.
      */
     async fanOut(limit: number, after: bigint) {
