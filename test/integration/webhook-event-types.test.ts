@@ -359,6 +359,28 @@ describe('the operational events', () => {
     expect(watcherId).not.toBe(goneId);
   });
 
+  it('sends endpointDisabled when failing for WEBHOOK_DISABLE_AFTER_S disables an endpoint', async () => {
+    const watchSecret = generateSecret();
+    const failing = await receiver(generateSecret(), () => ({ status: 500 }));
+    const watcher = await receiver(watchSecret);
+    const t = await app({ disableAfterS: 60 });
+    const failingId = await endpoint(t, { url: failing.url });
+    await endpoint(t, { url: watcher.url, secret: watchSecret, events: ['endpointDisabled'] });
+    await t.database.query(
+      `update webhook_endpoints set failing_since = now() - interval '61 seconds' where id = $1`,
+      [String(BigInt(`0x${failingId.slice(3)}`))],
+    );
+    expect((await postPlant(t.app, { id: 1, name: 'Aloe' })).statusCode).toBe(200);
+    const [request] = await watcher.waitFor(1);
+    const body = envelopeOf(request as ReceivedRequest, 'endpointDisabled');
+    expect(body.data).toStrictEqual({
+      endpointId: failingId,
+      url: failing.url,
+      reason: 'every attempt failed for 60 seconds (WEBHOOK_DISABLE_AFTER_S)',
+      disabledAt: body.timestamp,
+    });
+  });
+
   it('sends endpointDisabled when a PATCH disables an enabled endpoint, once', async () => {
     const watchSecret = generateSecret();
     const watcher = await receiver(watchSecret);
