@@ -199,6 +199,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
           ? undefined
           : (endpoint) => sealSecret(secret, encryptionKeys, { endpoint, field: 'secret' }),
         timing.declaredForMs,
+        webhooks.events,
       ),
     );
     if (stopping) return;
@@ -208,7 +209,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
           textAsBytes: db.engine === 'pglite',
           databaseUrl: config.database.url,
           recordEvents: true,
-          onCreated: () => dispatcher?.wake(),
+          onRecorded: () => dispatcher?.wake(),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });

@@ -44,8 +44,11 @@ export interface PlantQueries {
   /** The stored plants among `ids`. */
   findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
   listPage(range: PageRange): Promise<PlantPage>;
-  /** Deletes the plant; false when there was none. */
-  deleteById(id: bigint): Promise<boolean>;
+  /**
+   * Deletes the plant: whether there was one, and how many deleted events were recorded with it.
+   * `traceContext` (a W3C traceparent) goes with that event.
+   */
+  deleteById(id: bigint, traceContext?: string): Promise<{ deleted: boolean; recorded: number }>;
 }
 
 export interface QueryOptions {
@@ -56,9 +59,10 @@ export interface QueryOptions {
    */
   textAsBytes: boolean;
   /**
-   * Record a created event for each plant a statement really inserts, in that statement, through
-   * the SQL function record_events (which records them only while some subscriber
-   * receives them). Without it, the statements write plants only.
+   * Record a created event for each plant a statement really inserts, and a deleted event for
+   * each plant it deletes, in that statement, through the SQL function record_events (which
+   * records them only while some subscriber receives their type). Without it, the statements
+   * write plants only.
    */
   recordEvents?: boolean | undefined;
 }
@@ -231,8 +235,15 @@ export function createPlantQueries(
         ? listPage.execute({ fromId, limit })
         : listTaggedPage.execute({ fromId, tag, limit });
     },
-    async deleteById(id) {
-      return (await deleteById.execute({ id })).length > 0;
+    async deleteById(id, traceContext) {
+      if (withEvents) {
+        const [row] = await withEvents.deleteById.execute({
+          id,
+          traceContext: traceContext ?? null,
+        });
+        return { deleted: row !== undefined, recorded: row?.recorded ?? 0 };
+      }
+      return { deleted: (await deleteById.execute({ id })).length > 0, recorded: 0 };
     },
   };
 }
@@ -263,7 +274,7 @@ export function textArrayLiteral(values: ReadonlyArray<string | null>): string {
 
 /**
  * The two inserting statements, each recording a created event for exactly the rows it really
- * inserts (a replay or a conflict records none), in the same statement and so in the same
+ * inserts, and the delete, recording a deleted event for the row it deletes (a replay or a conflict records none), in the same statement and so in the same
  * transaction. The payload of each event is the plant as stored, in the JSON of
  * GET /plants/{id}, made here once, so a later delete of the plant changes nothing about it.
  * PostgreSQL runs a SELECT in a WITH only as far as it is read: the final select reads
@@ -307,9 +318,30 @@ function eventStatements(db: Database, textAsBytes: boolean) {
                written.inserted, recorded.count as recorded
           from written, recorded`,
   );
+  // The plant as it was, in the JSON of GET /plants/{id} (to_json escapes a string as
+  // JSON.stringify does), in the envelope of the other event types, made in the statement.
+  const deleteById = prepareStatement<{ recorded: number }>(
+    db,
+    'plants_delete_events',
+    sql`with deleted as (
+          delete from plants where id = ${sql.placeholder('id')}::int8 returning id, name, tag
+        ),
+        recorded as (
+          select record_events('plantDeleted', array(
+                   select '{"type":"plantDeleted","timestamp":"'
+                          || to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                          || '","data":{"id":' || deleted.id::text
+                          || ',"name":' || to_json(deleted.name)::text
+                          || coalesce(',"tag":' || to_json(deleted.tag)::text, '') || '}}'
+                     from deleted),
+                 ${sql.placeholder('traceContext')}::text) as count
+        )
+        select recorded.count as recorded from deleted, recorded`,
+  );
   return {
     insertNew,
     insertOrLock,
+    deleteById,
     parameters: (rows: NewPlant[], arrays: PlantArrays, traceContext: string | undefined) => ({
       ...arrays,
       payloads: textArrayLiteral(rows.map(storedPlantJson)),

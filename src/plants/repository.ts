@@ -57,8 +57,8 @@ export interface RepositoryOptions extends QueryOptions {
   writes: BatchQueueOptions;
   /** Reads by id: each batch is one SELECT. */
   reads: BatchQueueOptions;
-  /** Called once a statement that recorded created events has committed. */
-  onCreated?: () => void;
+  /** Called once a statement that recorded events (of a create or a delete) has committed. */
+  onRecorded?: () => void;
   /** The PostgreSQL server the statements go to, as their spans name it; absent when embedded. */
   databaseUrl?: string | undefined;
 }
@@ -70,10 +70,8 @@ export interface RepositoryOptions extends QueryOptions {
  */
 export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
   const queries = tracedQueries(createPlantQueries(db, options), options);
-  const writes = createBatchQueue(
-    createPlantsInBatch(queries, options.onCreated ?? (() => {})),
-    options.writes,
-  );
+  const onRecorded = options.onRecorded ?? (() => {});
+  const writes = createBatchQueue(createPlantsInBatch(queries, onRecorded), options.writes);
   const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
   return {
     createPlant: (plant) => writes.add(plant),
@@ -82,7 +80,11 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
       if (after === INT64_MAX) return emptyPage;
       return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
     },
-    deletePlant: (id) => queries.deleteById(id),
+    async deletePlant(id) {
+      const { deleted, recorded } = await queries.deleteById(id);
+      if (recorded > 0) onRecorded();
+      return deleted;
+    },
     async drain() {
       await Promise.all([writes.drain(), reads.drain()]);
     },
@@ -117,7 +119,9 @@ function tracedQueries(
     listPage: (range) =>
       statementSpan({ operation: 'SELECT', collection }, database, () => queries.listPage(range)),
     deleteById: (id) =>
-      statementSpan({ operation: 'DELETE', collection }, database, () => queries.deleteById(id)),
+      statementSpan({ operation: 'DELETE', collection }, database, () =>
+        queries.deleteById(id, traceContext()),
+      ),
   };
 }
 

@@ -3,6 +3,7 @@ import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import { INT64_MAX } from '../kinds.js';
 import { type CustomHeaders, openHeaders, sealHeaders } from './custom-headers.js';
+import { endpointDisabledEvents } from './event-bodies.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
 import type { AttemptTrigger } from './triggers.js';
 
@@ -65,6 +66,9 @@ const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.ur
 
 const endpoints = sql.raw('webhook_endpoints');
 
+/** The reason an endpointDisabled event gives when a client disabled the endpoint. */
+export const API_DISABLED_REASON = 'disabled through the API';
+
 /** Held shared by each create while it records events (see record_events). */
 const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
 /** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
@@ -78,6 +82,14 @@ export const SUBSCRIPTION_LOCKED = sql.raw(
 export const subscriptionLockedIf = (rows: SQL) =>
   sql`(select count(*) from (select pg_advisory_xact_lock(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
                                from (${rows}) as rows limit 1) as locks) as subscription_locked`;
+/**
+ * A one-row FROM item that takes the subscription lock shared, as record_events does, when
+ * `condition` holds: a statement that records events after it locks rows takes it first, in
+ * the order of the changes that take it exclusively (the lock, then rows).
+ */
+export const subscriptionSharedIf = (condition: SQL) =>
+  sql`(select count(*) from (select pg_advisory_xact_lock_shared(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
+                              where ${condition}) as locks) as subscription_shared`;
 /** Above every event recorded before the lock, below every one after it. */
 export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
 /** A new endpoint's row key, drawn before its insert: its secret is sealed for it. */
@@ -159,10 +171,19 @@ export function createEndpointStore(
   // (the service's own); an endpoint the client disables has none. Disabling gives up the
   // pending deliveries in the same statement (attempts already claimed: see
   // EngineTiming.startWindowMs).
+  // An enabled endpoint that the patch disables is an endpointDisabled event, in the same
+  // statement. `before` reads its row under the lock the update takes anyway, so the newest
+  // version, and before the subscription lock, in the order the attempt log's statement takes
+  // them (row, then lock).
   const update = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_patch',
-    sql`with changed as (
+    sql`with before as (
+          select id as before_id, disabled as was_disabled from webhook_endpoints
+           where id = ${endpointKey} and not configured
+             for no key update
+        ),
+        changed as (
           update webhook_endpoints
              set url = coalesce(${placeholder('url')}::text, url),
                  description = coalesce(${placeholder('description')}::text, description),
@@ -175,12 +196,18 @@ export function createEndpointStore(
                  failing_since = case when ${placeholder('disabled')}::boolean is false
                                       then null else failing_since end,
                  updated_at = clock_timestamp()
-            from ${subscriptionLockedIf(sql`select 1 where ${placeholder('events')}::text[] is not null`)}
-           where id = ${endpointKey} and not configured
-          returning webhook_endpoints.*
+            from before, ${subscriptionLockedIf(sql`select 1 from before
+                                                      where ${placeholder('events')}::text[] is not null`)}
+           where id = before.before_id
+          returning webhook_endpoints.*, before.was_disabled
         ),
-        ${givenUp('select id from changed where disabled')}
-        select ${endpointColumns(sql.raw('changed'))} from changed`,
+        ${givenUp('select id from changed where disabled')},
+        ${endpointDisabledEvents(
+          'disabled_events',
+          sql`select id, url, ${API_DISABLED_REASON}::text, updated_at from changed
+               where disabled and not was_disabled`,
+        )}
+        select ${endpointColumns(sql.raw('changed'))} from changed, disabled_events`,
   );
   const remove = prepareStatement<{ id: string }>(
     db,

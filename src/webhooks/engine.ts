@@ -2,7 +2,7 @@ import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
-import type { EventTypeName } from './event-types.js';
+import { type EventTypeName, exampleBody } from './event-types.js';
 import type { WebhookMetrics } from './metrics.js';
 import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';
@@ -21,7 +21,6 @@ import {
   plantIdOf,
   type Upkeep,
 } from './statements.js';
-import { testEventBody } from './test-events.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
 import { attemptTrigger } from './triggers.js';
 
@@ -483,7 +482,7 @@ export function createDispatcher(options: DispatcherOptions) {
       within: <T>(work: Promise<T>) => Promise<T> = (work) => work,
     ): Promise<TestOutcome | 'disabled' | undefined> {
       if (!running || stopping) throw new Error('the delivery engine is not running');
-      const delivery = await within(replays.test(key, type, testEventBody(type, new Date())));
+      const delivery = await within(replays.test(key, type, exampleBody(type, new Date())));
       if (typeof delivery !== 'object') return delivery;
       return attemptTest(delivery);
     },

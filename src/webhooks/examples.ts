@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import { errorResponse } from '../http/errors.js';
 import type { Example, OperationExamples } from '../http/openapi.js';
+import { EVENT_TYPES_JSON } from './event-types.js';
 
 // Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
 // (test/integration/openapi.test.ts checks), in the words the service answers with.
@@ -179,6 +180,12 @@ export const endpointExamples = {
         error: 'timeout',
         durationMs: 15000,
       },
+    },
+  },
+  eventTypes: {
+    catalog: {
+      summary: 'GET /webhooks/event-types: the catalog',
+      value: JSON.parse(EVENT_TYPES_JSON),
     },
   },
 };

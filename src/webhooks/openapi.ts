@@ -1,4 +1,5 @@
 import { plantExamples } from '../plants/schemas.js';
+import { EVENT_TYPES, type EventType, type EventTypeName } from './event-types.js';
 
 const header = (name: string, description: string, schema: object) => ({
   name,
@@ -8,36 +9,80 @@ const header = (name: string, description: string, schema: object) => ({
   schema,
 });
 
-/** The newPlant webhook as the OpenAPI document declares it, under `webhooks`. */
+/** The Standard Webhooks headers that every request carries, whatever its type. */
+const signedHeaders = [
+  header('webhook-id', 'The event: the same on every attempt of it', {
+    type: 'string',
+    pattern: '^msg_[0-9a-f]{32}$',
+  }),
+  header('webhook-timestamp', 'Unix seconds when this attempt was sent', {
+    type: 'integer',
+    format: 'int64',
+  }),
+  header(
+    'webhook-signature',
+    '`v1,` and the base64 of HMAC-SHA256(key, `{webhook-id}.{webhook-timestamp}.{body}`), ' +
+      'the key being the base64-decoded part of the `whsec_` secret after its prefix',
+    { type: 'string', pattern: '^v1,[A-Za-z0-9+/]+={0,2}$' },
+  ),
+];
+
+const delivery =
+  'Signed as the Standard Webhooks specification says. Any 2xx answered within ' +
+  '`WEBHOOK_TIMEOUT_MS` is a delivery; anything else (redirects are not followed) is retried ' +
+  'on a schedule, a 410 ends the delivery. Delivery is at least once: drop duplicates by ' +
+  '`webhook-id`.';
+
+const received = {
+  '200': {
+    description:
+      'Return a 200 status to indicate that the data was received successfully (any 2xx will do)',
+  },
+};
+
+/** The webhook of an event type with an envelope, under its name: sent to the endpoints that list it. */
+function typedWebhook({ name, summary, description, schema, example }: EventType) {
+  return {
+    post: {
+      operationId: `${name}Webhook`,
+      summary,
+      description: `${description} Sent to every endpoint whose \`events\` lists \`${name}\`. ${delivery}`,
+      tags: ['webhook endpoints'],
+      security: [],
+      parameters: signedHeaders,
+      requestBody: {
+        description: `A ${name} event: \`{"type", "timestamp", "data"}\``,
+        required: true,
+        content: {
+          'application/json': {
+            schema,
+            examples: { example: { summary: `A ${name} event`, value: example } },
+          },
+        },
+      },
+      responses: received,
+    },
+  };
+}
+
+const typed = (name: EventTypeName) => typedWebhook(EVENT_TYPES.get(name) as EventType);
+
+/**
+ * The requests the service sends, as the OpenAPI document declares them under `webhooks`: one
+ * per event type. newPlant keeps the source document's key and body.
+ */
 export const webhooksDocument = {
   '/plant/webhook': {
     post: {
       operationId: 'newPlantWebhook',
       summary: 'A new plant was stored',
       description:
-        'Information about a new plant added to the store. Sent to every URL of `WEBHOOK_URLS` ' +
-        'once a POST /plants has stored a new plant (never for a replay or a 409), signed as the ' +
-        'Standard Webhooks specification says. Any 2xx answered within `WEBHOOK_TIMEOUT_MS` ' +
-        'is a delivery; anything else (redirects are not followed) is retried on a schedule, ' +
-        'a 410 ends the delivery. Delivery is at least once: drop duplicates by `webhook-id`.',
+        'Information about a new plant added to the store: the newPlant event. Sent to every ' +
+        'endpoint whose `events` lists `newPlant` (every URL of `WEBHOOK_URLS` by default) once ' +
+        `a POST /plants has stored a new plant (never for a replay or a 409). ${delivery}`,
       tags: ['plants'],
       security: [],
-      parameters: [
-        header('webhook-id', 'The event: the same on every attempt of it', {
-          type: 'string',
-          pattern: '^msg_[0-9a-f]{32}$',
-        }),
-        header('webhook-timestamp', 'Unix seconds when this attempt was sent', {
-          type: 'integer',
-          format: 'int64',
-        }),
-        header(
-          'webhook-signature',
-          '`v1,` and the base64 of HMAC-SHA256(key, `{webhook-id}.{webhook-timestamp}.{body}`), ' +
-            'the key being the base64-decoded part of the `whsec_` secret after its prefix',
-          { type: 'string', pattern: '^v1,[A-Za-z0-9+/]+={0,2}$' },
-        ),
-      ],
+      parameters: signedHeaders,
       requestBody: {
         description: 'Plant added to the store: the NewPlant as stored, its id with every digit',
         required: true,
@@ -48,12 +93,10 @@ export const webhooksDocument = {
           },
         },
       },
-      responses: {
-        '200': {
-          description:
-            'Return a 200 status to indicate that the data was received successfully (any 2xx will do)',
-        },
-      },
+      responses: received,
     },
   },
+  plantDeleted: typed('plantDeleted'),
+  endpointDisabled: typed('endpointDisabled'),
+  deliveryExhausted: typed('deliveryExhausted'),
 };

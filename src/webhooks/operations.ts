@@ -18,6 +18,7 @@ import {
   EndpointPatchSchema,
   EndpointSchema,
   EndpointTestSchema,
+  EventTypeSchema,
   NewEndpointSchema,
   RecoveringSchema,
   RecoverSchema,
@@ -85,9 +86,9 @@ const badPage: Answer = [
 export const operations = {
   createWebhookEndpoint: operation({
     operationId: 'createWebhookEndpoint',
-    summary: 'Subscribe an endpoint to the newPlant webhook',
+    summary: 'Subscribe an endpoint to the webhooks',
     description:
-      'Every plant committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.',
+      'Every event of the types in `events` (newPlant unless it says otherwise; see GET /webhooks/event-types) committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.',
     body: refTo(NewEndpointSchema),
     request: examples.newEndpoint,
     answers: {
@@ -303,6 +304,18 @@ export const operations = {
       409: ['The endpoint is disabled: enable it first', errors.disabledSend],
       413: tooLarge,
       415: notJson,
+    },
+  }),
+  listWebhookEventTypes: operation({
+    operationId: 'listWebhookEventTypes',
+    summary: 'List the event types an endpoint may receive',
+    description:
+      'Each type’s name (as an endpoint’s `events` lists it), what it means, and the JSON Schema of the body a receiver is sent. The document’s `webhooks` describes each too.',
+    answers: {
+      200: [
+        Type.Array(refTo(EventTypeSchema), { description: 'The catalog, in a fixed order' }),
+        examples.eventTypes,
+      ],
     },
   }),
 };

@@ -8,7 +8,7 @@ import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
 import type { EndpointStore } from './endpoints.js';
 import type { Dispatcher } from './engine.js';
-import { DEFAULT_EVENT_TYPES } from './event-types.js';
+import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from './event-types.js';
 import {
   CONFIGURED_MESSAGE,
   DISABLED_MESSAGE,
@@ -37,6 +37,7 @@ import { attemptsJson, endpointOf } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 const BASE = '/webhooks/endpoints';
+const EVENT_TYPES = '/webhooks/event-types';
 
 export interface EndpointRoutesOptions {
   /** The statements; throws (503) while the service is still opening its database. */
@@ -296,6 +297,11 @@ export async function endpointRoutes(
     },
   );
 
+  // The catalog is the same for every request: its JSON is made once.
+  api.get(EVENT_TYPES, { schema: operations.listWebhookEventTypes }, async (_request, reply) =>
+    reply.type(JSON_TYPE).send(EVENT_TYPES_JSON),
+  );
+
   refuseOtherMethods(app, BASE, ['GET', 'HEAD', 'POST']);
   refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
   refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
@@ -305,4 +311,5 @@ export async function endpointRoutes(
   refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
   refuseOtherMethods(app, `${BASE}/:id/events/:eventId/resend`, ['POST']);
   refuseOtherMethods(app, `${BASE}/:id/test`, ['POST']);
+  refuseOtherMethods(app, EVENT_TYPES, ['GET', 'HEAD']);
 }

@@ -431,6 +431,21 @@ export const CustomHeadersSchema = Type.Object(
   },
 );
 
+export const EventTypeSchema = Type.Object(
+  {
+    name: Type.String({
+      enum: [...EVENT_TYPE_NAMES],
+      description: 'Its name, as `events` lists it',
+    }),
+    description: Type.String({ description: 'What happened when it is sent' }),
+    schema: Type.Object(
+      {},
+      { additionalProperties: true, description: 'The JSON Schema of its body, self-contained' },
+    ),
+  },
+  { $id: 'EventType', description: 'A type of event an endpoint may receive' },
+);
+
 /** The shared schemas of the management API, registered by their $id. */
 export const endpointSchemas = [
   EndpointSchema,
@@ -440,4 +455,5 @@ export const endpointSchemas = [
   AttemptSchema,
   CustomHeadersSchema,
   TestOutcomeSchema,
+  EventTypeSchema,
 ];

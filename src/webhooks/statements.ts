@@ -8,7 +8,10 @@ import {
   NEXT_EVENT,
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
+  subscriptionSharedIf,
 } from './endpoints.js';
+import { deliveryExhaustedEvents, endpointDisabledEvents } from './event-bodies.js';
+import { DEFAULT_EVENT_TYPES } from './event-types.js';
 import type { AttemptTrigger, DeliveryTrigger } from './triggers.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
@@ -123,18 +126,18 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                    select id from webhook_events where id > ${sql.placeholder('after')}
                     order by id limit ${sql.placeholder('limit')}
                       for update skip locked))
-          returning id, event_id, body, traceparent, created_at
+          returning id, event_id, type, body, traceparent, created_at
         ),
         written as (
-          insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
-                                          claims, next_attempt_at, failed_at, last_error)
-          select taken.event_id, e.id, taken.body, taken.created_at,
+          insert into webhook_deliveries (event_id, endpoint_id, body, event_type, created_at,
+                                          attempts, claims, next_attempt_at, failed_at, last_error)
+          select taken.event_id, e.id, taken.body, taken.type, taken.created_at,
                  case when e.disabled then 0 else 1 end, case when e.disabled then 0 else 1 end,
                  case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
             from taken join webhook_endpoints as e
-              on e.since_event < taken.id and ${receiving}
+              on e.since_event < taken.id and ${receiving} and taken.type = any(e.events)
           returning id, event_id, endpoint_id, body, event_type, trigger,
                     failed_at is null as claimed
         ),
@@ -189,8 +192,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                           where e.configured and e.url = urls.url), ${NEXT_ENDPOINT})::text as id
           from unnest(${sql.placeholder('urls')}::text[]) as urls(url)`,
   );
-  // A URL declared for the first time, or again after it lapsed, takes the subscription lock,
-  // as any new endpoint does.
+  // A URL declared for the first time, or again after it lapsed, or for event types it did not
+  // receive, takes the subscription lock, as any new endpoint does. Its `events` are
+  // WEBHOOK_EVENTS.
   // A row whose key is not the one sealed for (another replica inserted it meanwhile) is left
   // as it is and its URL not returned, to be sealed again for that row.
   const declare = prepareStatement<{ url: string }>(
@@ -203,18 +207,22 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         updated as (
           update webhook_endpoints as e
              set secret = given.secret, updated_at = clock_timestamp(), since_event = ${sinceIfLapsed},
-                 declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond'
+                 declared_until = now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond',
+                 events = ${sql.placeholder('events')}::text[]
             from given, ${subscriptionLockedIf(sql`select 1 from webhook_endpoints as e join given
                                                      on e.configured and e.url = given.url
-                                                  where ${lapsed}`)}
+                                                  where ${lapsed}
+                                                     or not e.events @> ${sql.placeholder('events')}::text[]`)}
            where e.configured and e.url = given.url and e.id = given.id
           returning e.id, e.url
         ),
         inserted as (
-          insert into webhook_endpoints (id, url, secret, configured, declared_until, since_event)
+          insert into webhook_endpoints (id, url, secret, configured, declared_until, since_event,
+                                         events)
           overriding system value
           select given.id, given.url, given.secret, true,
-                 now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond', ${NEXT_EVENT}
+                 now() + ${sql.placeholder('untilMs')}::int4 * interval '1 millisecond', ${NEXT_EVENT},
+                 ${sql.placeholder('events')}::text[]
             from ${SUBSCRIPTION_LOCKED}, given
            where given.url not in (select url from updated)
           on conflict (url) where configured do nothing
@@ -248,8 +256,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     /**
      * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
      * those another process is taking, and turns each into one delivery per receiving endpoint
-     * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
-     * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
+     * made before it (see since_event) that lists its type in `events`, born claimed by this
+     * process (attempt 1, for the lease); a disabled endpoint's is born failed ("endpoint
+     * disabled") and logged so. The events go.
      * `last` is the position of the last event taken.
      */
     async fanOut(limit: number, after: bigint) {
@@ -278,13 +287,15 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
     },
     /**
      * Declares the WEBHOOK_URLS endpoints, signed with the secret `sealFor` seals for each row
-     * key, until `untilMs` from now, and moves to them the deliveries older releases wrote by
-     * URL. `sealFor` undefined only renews the declaration.
+     * key and receiving the types `events` (WEBHOOK_EVENTS), until `untilMs` from now, and
+     * moves to them the deliveries older releases wrote by URL. `sealFor` undefined only renews
+     * the declaration.
      */
     async declare(
       urls: string[],
       sealFor: ((endpoint: string) => string) | undefined,
       untilMs: number,
+      events: readonly string[] = DEFAULT_EVENT_TYPES,
     ) {
       if (urls.length === 0) return;
       if (sealFor === undefined) {
@@ -300,6 +311,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
           ids: keys.map((row) => row.id),
           secrets: keys.map((row) => sealFor(row.id)),
           untilMs: Math.trunc(untilMs),
+          events: [...events],
         });
         const done = new Set(declared.map((row) => row.url));
         due = due.filter((url) => !done.has(url));
@@ -384,18 +396,38 @@ export function createOutcomeStatements(
   // A null delay gives the delivery up. The count of claims, which nothing resets, fences the
   // claim: if it expired and another process claimed the row again, this outcome is stale and
   // matches nothing; so does one for a delivery given up meanwhile (its endpoint disabled).
+  // A delivery given up after its last attempt is a deliveryExhausted event, in the same
+  // statement; not one a 410 ended (410 is always `gone`, see nextStep), nor a test, nor a
+  // deliveryExhausted event itself (events about it would never end). A batch that may record
+  // one takes the subscription lock before the rows (`outcomes` yields no row until it has
+  // it): a PATCH takes it, then gives up that endpoint's deliveries; the other order deadlocks.
   const reschedule = prepareStatement(
     db,
     'webhook_reschedule',
-    sql`update webhook_deliveries as d
-           set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
-               failed_at = case when o.delay_ms is null then now() end,
-               last_status = o.status,
-               last_error = o.error
-          from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
-                      ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
-                      ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error)
-         where d.id = o.id and d.claims = o.claim and d.failed_at is null`,
+    sql`with outcomes as (
+          select o.* from unnest(${sql.placeholder('ids')}::int8[], ${sql.placeholder('claims')}::int8[],
+                                 ${sql.placeholder('delays')}::float8[], ${sql.placeholder('statuses')}::int4[],
+                                 ${sql.placeholder('errors')}::text[]) as o(id, claim, delay_ms, status, error),
+                 ${subscriptionSharedIf(sql`${sql.placeholder('exhausting')}::boolean`)}
+        ),
+        settled as (
+          update webhook_deliveries as d
+             set next_attempt_at = now() + coalesce(o.delay_ms, 0) * interval '1 millisecond',
+                 failed_at = case when o.delay_ms is null then now() end,
+                 last_status = o.status,
+                 last_error = o.error
+            from outcomes as o
+           where d.id = o.id and d.claims = o.claim and d.failed_at is null
+          returning d.endpoint_id, d.event_id, d.event_type, d.trigger, d.attempts, o.delay_ms,
+                    o.status, o.error
+        ),
+        ${deliveryExhaustedEvents(
+          'exhausted',
+          sql`select endpoint_id, event_id, event_type, attempts, status, error from settled
+               where delay_ms is null and status is distinct from 410 and trigger <> 'test'
+                 and event_type <> 'deliveryExhausted' and endpoint_id is not null`,
+        )}
+        select count from exhausted`,
   );
   // Not attempted: the claim did not start an attempt, so it does not count as one.
   const release = prepareStatement(
@@ -412,7 +444,8 @@ export function createOutcomeStatements(
   // recovered once it is enabled again. An endpoint deleted before it runs, or while it
   // runs, is left out (its log goes with it); the rest of the batch is written. Its effects,
   // in order: the log rows; the health of each endpoint (its last attempt in the batch decides);
-  // and, for an endpoint this disables, its pending deliveries failed.
+  // and, for an endpoint this disables, its pending deliveries failed and an endpointDisabled
+  // event.
   const logAttempts = prepareStatement<{ key: string; reason: string }>(
     db,
     'webhook_log_attempts',
@@ -466,10 +499,15 @@ export function createOutcomeStatements(
                  updated_at = case when h.disable then clock_timestamp() else e.updated_at end
             from health as h
            where e.id = h.id
-          returning e.id, e.disabled, e.disabled_reason
+          returning e.id, e.url, e.disabled, e.disabled_reason, e.updated_at
         ),
-        ${givenUp('select id from changed where disabled')}
-        select id::text as key, disabled_reason as reason from changed where disabled`,
+        ${givenUp('select id from changed where disabled')},
+        ${endpointDisabledEvents(
+          'disabled_events',
+          sql`select id, url, disabled_reason, updated_at from changed where disabled`,
+        )}
+        select id::text as key, disabled_reason as reason from changed, disabled_events
+         where disabled`,
   );
 
   return {
@@ -488,6 +526,7 @@ export function createOutcomeStatements(
             delays: settled.map((o) => (o.kind === 'retry' ? o.delayMs : null)),
             statuses: settled.map((o) => o.status ?? null),
             errors: settled.map((o) => o.error),
+            exhausting: settled.some((o) => o.kind === 'failed' && o.status !== 410),
           }),
         released.length > 0 &&
           release.execute({

@@ -8,6 +8,7 @@ import { createLogger } from '../../src/logger.js';
 import type { PlantRepository, RepositoryOptions } from '../../src/plants/repository.js';
 import { createService, type Service } from '../../src/service.js';
 import type { Dispatcher } from '../../src/webhooks/engine.js';
+import type { EngineTiming } from '../../src/webhooks/timing.js';
 import { createScratchDatabase, type ScratchDatabase, testEngine } from './database.js';
 
 /** A token configured as itself. */
@@ -48,6 +49,8 @@ export interface TestAppOptions {
   /** Send the newPlant webhook, with a dispatcher running as in production. */
   /** Webhook settings over those of the environment (WEBHOOK_* in `env`). */
   webhooks?: Partial<WebhookConfig>;
+  /** Timings of the delivery engine over production's (see EngineTiming). */
+  webhookTiming?: Partial<EngineTiming>;
   /** Where the log goes instead of `logs`, e.g. the service's own stdout destination. */
   logDestination?: DestinationStream;
 }
@@ -98,6 +101,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
       ...(!databaseUrl && { database: database.open() }),
       ...(options.repository && { repository: options.repository }),
       ...(options.isStopping && { isStopping: options.isStopping }),
+      ...(options.webhookTiming && { webhookTiming: options.webhookTiming }),
     },
   );
   await service.open();

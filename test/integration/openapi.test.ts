@@ -267,6 +267,35 @@ describe('the served document, beside the source document', () => {
     ]);
   });
 
+  it('declares every event type under webhooks, each signed, the others with their envelope', () => {
+    expect(Object.keys(document.webhooks)).toStrictEqual([
+      '/plant/webhook',
+      'plantDeleted',
+      'endpointDisabled',
+      'deliveryExhausted',
+    ]);
+    for (const name of ['plantDeleted', 'endpointDisabled', 'deliveryExhausted']) {
+      const { parameters, requestBody, responses } = document.webhooks[name].post;
+      expect(parameters.map((p: { name: string }) => p.name)).toStrictEqual([
+        'webhook-id',
+        'webhook-timestamp',
+        'webhook-signature',
+      ]);
+      expect(requestBody.content['application/json'].schema).toMatchObject({
+        type: 'object',
+        required: ['type', 'timestamp', 'data'],
+        properties: { type: { const: name } },
+      });
+      expect(Object.keys(responses)).toStrictEqual(['200']);
+    }
+    const catalog = document.paths['/webhooks/event-types'].get;
+    expect(catalog.security).toStrictEqual([{ adminBearer: [] }]);
+    expect(catalog.responses['200'].content['application/json'].schema).toMatchObject({
+      type: 'array',
+      items: { $ref: '#/components/schemas/EventType' },
+    });
+  });
+
   it('holds every schema of the source, with its required properties and their types', () => {
     const flatten = (schema: { allOf?: object[]; required?: string[]; properties?: object }) =>
       (schema.allOf ?? [schema]).map((part) =>

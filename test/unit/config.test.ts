@@ -50,6 +50,7 @@ describe('loadConfig', () => {
       webhooks: {
         urls: [],
         secret: undefined,
+        events: ['newPlant'],
         timeoutMs: 15000,
         retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
         concurrency: 64,
@@ -136,6 +137,44 @@ describe('loadConfig', () => {
       expect((error as Error).message).not.toContain(key32.slice(0, 8));
     },
   );
+
+  it('reads WEBHOOK_EVENTS in order, spaces and empty entries aside', () => {
+    const config = loadConfig({
+      ...base,
+      WEBHOOK_EVENTS: ' plantDeleted, ,newPlant,deliveryExhausted ',
+    });
+    expect(config.webhooks.events).toStrictEqual(['plantDeleted', 'newPlant', 'deliveryExhausted']);
+    expect(loadConfig({ ...base, WEBHOOK_EVENTS: '' }).webhooks.events).toStrictEqual(['newPlant']);
+  });
+
+  it.each([
+    [
+      'an unknown name',
+      'newPlant,plantRenamed',
+      'WEBHOOK_EVENTS names an unknown event type "plantRenamed": the types are newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
+    ],
+    [
+      'a name in another case',
+      'newplant',
+      'WEBHOOK_EVENTS names an unknown event type "newplant": the types are newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
+    ],
+    ['a name twice', 'newPlant,newPlant', 'WEBHOOK_EVENTS names newPlant twice'],
+    [
+      'no name',
+      ' , ',
+      'WEBHOOK_EVENTS must be a comma-separated list of event types (newPlant, plantDeleted, endpointDisabled, deliveryExhausted)',
+    ],
+  ])('refuses WEBHOOK_EVENTS with %s, in one line that names it', (_, value, message) => {
+    let thrown: unknown;
+    try {
+      loadConfig({ ...base, WEBHOOK_EVENTS: value });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ConfigError);
+    expect((thrown as Error).message).toBe(message);
+    expect((thrown as Error).message).not.toContain('\n');
+  });
 
   it('refuses WEBHOOK_ENCRYPTION_KEYS beside WEBHOOK_ENCRYPTION_KEY', () => {
     expect(() =>

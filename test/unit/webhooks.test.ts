@@ -1,10 +1,10 @@
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
+import { exampleBody } from '../../src/webhooks/event-types.js';
 import { nextStep, RETRY_AFTER_MAX_MS, retryAfterMs } from '../../src/webhooks/schedule.js';
 import { signature, signingKey, webhookId } from '../../src/webhooks/signature.js';
 import { plantIdOf } from '../../src/webhooks/statements.js';
-import { testEventBody } from '../../src/webhooks/test-events.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const base = { API_TOKENS: 'token', WEBHOOK_SECRET: SECRET };
@@ -17,6 +17,7 @@ describe('the webhook configuration', () => {
     ).toStrictEqual({
       urls: ['https://a.example/hook', 'http://b.example:8080/x?k=1'],
       secret: SECRET,
+      events: ['newPlant'],
       timeoutMs: 15000,
       retrySchedule: [5, 300, 1800, 7200, 18000, 36000, 36000],
       concurrency: 64,
@@ -109,23 +110,23 @@ describe('a test event', () => {
   });
 
   it('sends a Plant for newPlant and the envelope for every other type, as compact JSON', () => {
-    expect(testEventBody('newPlant', at)).toBe(
+    expect(exampleBody('newPlant', at)).toBe(
       '{"id":9007199254740991,"name":"Monstera","tag":"aroid"}',
     );
-    expect(testEventBody('plantDeleted', at)).toBe(
+    expect(exampleBody('plantDeleted', at)).toBe(
       '{"type":"plantDeleted","timestamp":"2026-11-25T18:30:00.123Z","data":{"id":9007199254740991,"name":"Monstera","tag":"aroid"}}',
     );
-    expect(JSON.parse(testEventBody('endpointDisabled', at))).toStrictEqual({
+    expect(JSON.parse(exampleBody('endpointDisabled', at))).toStrictEqual({
       type: 'endpointDisabled',
       timestamp: '2026-11-25T18:30:00.123Z',
       data: {
-        endpointId: 'ep_0000000000000001',
-        url: 'https://receiver.example.com/plants',
+        endpointId: 'ep_0000000000000002',
+        url: 'https://old.example.org/hooks/plants',
         reason: 'the receiver answered 410 Gone',
         disabledAt: '2026-11-25T18:30:00.123Z',
       },
     });
-    expect(Object.keys(JSON.parse(testEventBody('deliveryExhausted', at)).data)).toStrictEqual([
+    expect(Object.keys(JSON.parse(exampleBody('deliveryExhausted', at)).data)).toStrictEqual([
       'endpointId',
       'eventId',
       'eventType',
@@ -135,9 +136,9 @@ describe('a test event', () => {
   });
 
   it('names its plant in the attempt log when it is about one', () => {
-    expect(plantIdOf(testEventBody('newPlant', at))).toBe('9007199254740991');
-    expect(plantIdOf(testEventBody('plantDeleted', at))).toBe('9007199254740991');
-    expect(plantIdOf(testEventBody('deliveryExhausted', at))).toBeUndefined();
+    expect(plantIdOf(exampleBody('newPlant', at))).toBe('9007199254740991');
+    expect(plantIdOf(exampleBody('plantDeleted', at))).toBe('9007199254740991');
+    expect(plantIdOf(exampleBody('deliveryExhausted', at))).toBeUndefined();
     expect(plantIdOf('{"id":-9223372036854775808}')).toBe('-9223372036854775808');
   });
 });

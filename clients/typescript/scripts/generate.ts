@@ -31,7 +31,10 @@ export async function generateClient(document: object, outputPath: string): Prom
   const text = await readFile(transformers, 'utf8');
   await writeFile(
     transformers,
-    text.replace(/if \(data\.(\w+)\) \{(\s+data\.\1 = BigInt\()/g, 'if (data.$1 !== undefined) {$2'),
+    text.replace(
+      /if \(data\.(\w+)\) \{(\s+data\.\1 = BigInt\()/g,
+      'if (data.$1 !== undefined) {$2',
+    ),
   );
 }
 

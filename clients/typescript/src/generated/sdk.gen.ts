@@ -3,7 +3,7 @@
 import { client } from './client.gen.js';
 import type { Client, ClientMeta, Options as Options2, RequestResult, TDataShape } from './client/index.js';
 import { getPlantResponseTransformer, listPlantsResponseTransformer, listWebhookEndpointAttemptsResponseTransformer } from './transformers.gen.js';
-import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointHeadersData, GetWebhookEndpointHeadersErrors, GetWebhookEndpointHeadersResponses, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, ResendWebhookEventData, ResendWebhookEventErrors, ResendWebhookEventResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, SetWebhookEndpointHeadersData, SetWebhookEndpointHeadersErrors, SetWebhookEndpointHeadersResponses, TestWebhookEndpointData, TestWebhookEndpointErrors, TestWebhookEndpointResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
+import type { AddPlantData, AddPlantErrors, AddPlantResponses, CreateWebhookEndpointData, CreateWebhookEndpointErrors, CreateWebhookEndpointResponses, DeletePlantData, DeletePlantErrors, DeletePlantResponses, DeleteWebhookEndpointData, DeleteWebhookEndpointErrors, DeleteWebhookEndpointResponses, GetHealthzData, GetHealthzResponses, GetPlantData, GetPlantErrors, GetPlantResponses, GetReadyzData, GetReadyzErrors, GetReadyzResponses, GetWebhookEndpointData, GetWebhookEndpointErrors, GetWebhookEndpointHeadersData, GetWebhookEndpointHeadersErrors, GetWebhookEndpointHeadersResponses, GetWebhookEndpointResponses, GetWebhookEndpointSecretData, GetWebhookEndpointSecretErrors, GetWebhookEndpointSecretResponses, ListPlantsData, ListPlantsErrors, ListPlantsResponses, ListWebhookEndpointAttemptsData, ListWebhookEndpointAttemptsErrors, ListWebhookEndpointAttemptsResponses, ListWebhookEndpointsData, ListWebhookEndpointsErrors, ListWebhookEndpointsResponses, ListWebhookEventTypesData, ListWebhookEventTypesErrors, ListWebhookEventTypesResponses, RecoverWebhookEndpointData, RecoverWebhookEndpointErrors, RecoverWebhookEndpointResponses, ResendWebhookEventData, ResendWebhookEventErrors, ResendWebhookEventResponses, RotateWebhookEndpointSecretData, RotateWebhookEndpointSecretErrors, RotateWebhookEndpointSecretResponses, SetWebhookEndpointHeadersData, SetWebhookEndpointHeadersErrors, SetWebhookEndpointHeadersResponses, TestWebhookEndpointData, TestWebhookEndpointErrors, TestWebhookEndpointResponses, UpdateWebhookEndpointData, UpdateWebhookEndpointErrors, UpdateWebhookEndpointResponses } from './types.gen.js';
 
 export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends boolean = boolean, TResponse = unknown> = Options2<TData, ThrowOnError, TResponse> & {
     /**
@@ -115,9 +115,9 @@ export const listWebhookEndpoints = <ThrowOnError extends boolean = false>(optio
 });
 
 /**
- * Subscribe an endpoint to the newPlant webhook
+ * Subscribe an endpoint to the webhooks
  *
- * Every plant committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.
+ * Every event of the types in `events` (newPlant unless it says otherwise; see GET /webhooks/event-types) committed after the answer is POSTed to `url`, signed with the endpoint’s own key (read it at `/secret`). The key is made by the service unless `secret` gives one.
  */
 export const createWebhookEndpoint = <ThrowOnError extends boolean = false>(options: Options<CreateWebhookEndpointData, ThrowOnError>): RequestResult<CreateWebhookEndpointResponses, CreateWebhookEndpointErrors, ThrowOnError> => (options.client ?? client).post<CreateWebhookEndpointResponses, CreateWebhookEndpointErrors, ThrowOnError>({
     security: [{
@@ -317,4 +317,19 @@ export const testWebhookEndpoint = <ThrowOnError extends boolean = false>(option
         'Content-Type': 'application/json',
         ...options.headers
     }
+});
+
+/**
+ * List the event types an endpoint may receive
+ *
+ * Each type’s name (as an endpoint’s `events` lists it), what it means, and the JSON Schema of the body a receiver is sent. The document’s `webhooks` describes each too.
+ */
+export const listWebhookEventTypes = <ThrowOnError extends boolean = false>(options?: Options<ListWebhookEventTypesData, ThrowOnError>): RequestResult<ListWebhookEventTypesResponses, ListWebhookEventTypesErrors, ThrowOnError> => (options?.client ?? client).get<ListWebhookEventTypesResponses, ListWebhookEventTypesErrors, ThrowOnError>({
+    security: [{
+            key: 'adminBearer',
+            scheme: 'bearer',
+            type: 'http'
+        }],
+    url: '/webhooks/event-types',
+    ...options
 });

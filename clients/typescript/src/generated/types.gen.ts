@@ -4,7 +4,7 @@ export type ClientOptions = {
     baseUrl: `${string}://${string}` | (string & {});
 };
 
-export type Webhooks = NewPlantWebhookWebhookRequest;
+export type Webhooks = NewPlantWebhookWebhookRequest | PlantDeletedWebhookWebhookRequest | EndpointDisabledWebhookWebhookRequest | DeliveryExhaustedWebhookWebhookRequest;
 
 /**
  * A plant as stored; `tag` is absent when the plant has none
@@ -260,6 +260,26 @@ export type TestOutcome = {
      * How long it took
      */
     durationMs: number;
+};
+
+/**
+ * A type of event an endpoint may receive
+ */
+export type EventType = {
+    /**
+     * Its name, as `events` lists it
+     */
+    name: 'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted';
+    /**
+     * What happened when it is sent
+     */
+    description: string;
+    /**
+     * The JSON Schema of its body, self-contained
+     */
+    schema: {
+        [key: string]: unknown;
+    };
 };
 
 export type GetHealthzData = {
@@ -1459,6 +1479,55 @@ export type TestWebhookEndpointResponses = {
 
 export type TestWebhookEndpointResponse = TestWebhookEndpointResponses[keyof TestWebhookEndpointResponses];
 
+export type ListWebhookEventTypesData = {
+    body?: never;
+    path?: never;
+    query?: never;
+    url: '/webhooks/event-types';
+};
+
+export type ListWebhookEventTypesErrors = {
+    /**
+     * The bearer token is missing or not valid
+     */
+    401: Error;
+    /**
+     * The token is valid, but a plant token: this API needs an admin token (insufficient_scope)
+     */
+    403: Error;
+    /**
+     * The request did not arrive within the time limit
+     */
+    408: Error;
+    /**
+     * Too many failed authentications from this address
+     */
+    429: Error;
+    /**
+     * The request headers are too large
+     */
+    431: Error;
+    /**
+     * An unexpected fault
+     */
+    500: Error;
+    /**
+     * The database is unavailable or timed out, or the service is starting
+     */
+    503: Error;
+};
+
+export type ListWebhookEventTypesError = ListWebhookEventTypesErrors[keyof ListWebhookEventTypesErrors];
+
+export type ListWebhookEventTypesResponses = {
+    /**
+     * The catalog, in a fixed order
+     */
+    200: Array<EventType>;
+};
+
+export type ListWebhookEventTypesResponse = ListWebhookEventTypesResponses[keyof ListWebhookEventTypesResponses];
+
 /**
  * Plant added to the store: the NewPlant as stored, its id with every digit
  */
@@ -1467,6 +1536,123 @@ export type NewPlantWebhookWebhookPayload = NewPlant;
 export type NewPlantWebhookWebhookRequest = {
     body: NewPlantWebhookWebhookPayload;
     key: '/plant/webhook';
+    path?: never;
+    query?: never;
+};
+
+/**
+ * A plant was deleted
+ */
+export type PlantDeletedWebhookWebhookPayload = {
+    /**
+     * The event type
+     */
+    type: 'plantDeleted';
+    /**
+     * When it happened (RFC 3339, UTC)
+     */
+    timestamp: string;
+    /**
+     * The plant as it was stored
+     */
+    data: {
+        /**
+         * The plant’s id, a JSON integer written with all its digits
+         */
+        id: bigint;
+        name: string;
+        /**
+         * Absent when the plant has none
+         */
+        tag?: string;
+    };
+};
+
+export type PlantDeletedWebhookWebhookRequest = {
+    body: PlantDeletedWebhookWebhookPayload;
+    key: 'plantDeleted';
+    path?: never;
+    query?: never;
+};
+
+/**
+ * An endpoint was disabled
+ */
+export type EndpointDisabledWebhookWebhookPayload = {
+    /**
+     * The event type
+     */
+    type: 'endpointDisabled';
+    /**
+     * When it happened (RFC 3339, UTC)
+     */
+    timestamp: string;
+    data: {
+        /**
+         * The endpoint, as the management API names it
+         */
+        endpointId: string;
+        /**
+         * Where its events were POSTed
+         */
+        url: string;
+        /**
+         * `the receiver answered 410 Gone`, `every attempt failed for ... seconds (WEBHOOK_DISABLE_AFTER_S)` or `disabled through the API`
+         */
+        reason: string;
+        /**
+         * When it was disabled (RFC 3339, UTC)
+         */
+        disabledAt: string;
+    };
+};
+
+export type EndpointDisabledWebhookWebhookRequest = {
+    body: EndpointDisabledWebhookWebhookPayload;
+    key: 'endpointDisabled';
+    path?: never;
+    query?: never;
+};
+
+/**
+ * A delivery was given up after its last retry
+ */
+export type DeliveryExhaustedWebhookWebhookPayload = {
+    /**
+     * The event type
+     */
+    type: 'deliveryExhausted';
+    /**
+     * When it happened (RFC 3339, UTC)
+     */
+    timestamp: string;
+    data: {
+        /**
+         * The endpoint, as the management API names it
+         */
+        endpointId: string;
+        /**
+         * The `webhook-id` of the event that was given up
+         */
+        eventId: string;
+        /**
+         * The type of the event that was given up
+         */
+        eventType: 'newPlant' | 'plantDeleted' | 'endpointDisabled' | 'deliveryExhausted';
+        /**
+         * Attempts made
+         */
+        attempts: number;
+        /**
+         * Why the last attempt failed: `the receiver answered <status>`, or the error
+         */
+        lastError: string;
+    };
+};
+
+export type DeliveryExhaustedWebhookWebhookRequest = {
+    body: DeliveryExhaustedWebhookWebhookPayload;
+    key: 'deliveryExhausted';
     path?: never;
     query?: never;
 };

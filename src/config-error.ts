@@ -1,0 +1,4 @@
+/** A configuration problem; the message names the variable. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
