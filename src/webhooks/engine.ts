@@ -80,7 +80,7 @@ export function createDispatcher(options: DispatcherOptions) {
   const recorder = createRecorder(
     createOutcomeStatements(options.db, config),
     logger,
-    disabledByReceivers,
+    recorded,
     timing.recordIntervalMs,
   );
   const { record } = recorder;
@@ -245,6 +245,16 @@ export function createDispatcher(options: DispatcherOptions) {
     }
   }
 
+  /**
+   * A batch of outcomes is written. Giving a delivery up or disabling an endpoint may have
+   * recorded an event (deliveryExhausted, endpointDisabled): it is fanned out now, not at the
+   * next poll.
+   */
+  function recorded(batch: readonly Outcome[], disabled: DisabledEndpoint[]): void {
+    if (disabled.length > 0) disabledByReceivers(disabled);
+    if (disabled.length > 0 || batch.some((outcome) => outcome.kind === 'failed')) wakeFanOut();
+  }
+
   /** Endpoints that a 410 or a long run of failures disabled: nothing more is sent to them. */
   function disabledByReceivers(endpoints: DisabledEndpoint[]): void {
     for (const { key, reason } of endpoints) {
@@ -343,6 +353,7 @@ export function createDispatcher(options: DispatcherOptions) {
   /** A fan-out asked for while one ran: from where it looks. */
   let fanOutAgain: bigint | undefined;
   let lastTaken = 0n;
+  const wakeFanOut = () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n);
 
   /** Fans out the events above `after`, one statement at a time; asked again meanwhile, after it. */
   function fanOut(after: bigint): void {
@@ -421,7 +432,7 @@ export function createDispatcher(options: DispatcherOptions) {
      * Fans out the events recorded so far and attempts their deliveries at once: for a process
      * that has just recorded some. Nothing depends on it: the poll fans out every event too.
      */
-    wake: () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n),
+    wake: wakeFanOut,
     /**
      * An endpoint's change committed here: every delivery of it claimed before (waiting, or in a
      * claim still running) is given back and claimed again as it now is, before the answer; other
@@ -429,6 +440,8 @@ export function createDispatcher(options: DispatcherOptions) {
      */
     endpointChanged(key: string): void {
       changedAt.set(key, performance.now());
+      // A PATCH that disables may have recorded endpointDisabled.
+      wakeFanOut();
       const lane = lanes.get(key);
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);
@@ -499,7 +512,7 @@ const RECORD_BATCH_MAX = 5000;
 function createRecorder(
   statements: OutcomeStatements,
   logger: FastifyBaseLogger,
-  onDisabled: (endpoints: DisabledEndpoint[]) => void,
+  onRecorded: (batch: readonly Outcome[], disabled: DisabledEndpoint[]) => void,
   /** See EngineTiming.recordIntervalMs. */
   intervalMs: number,
 ) {
@@ -516,7 +529,7 @@ function createRecorder(
     const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
     recording = statements.record(batch).then(
       (disabled) => {
-        if (disabled.length > 0) onDisabled(disabled);
+        onRecorded(batch, disabled);
       },
       (error) => {
         logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
