@@ -9,11 +9,29 @@ import {
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
 } from './endpoints.js';
+import { ENGINE_TIMING, paceWindowMsFor } from './timing.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];
 /** A delivery this process holds the claim of, until `claimedAt + leaseMs`. */
-export type ClaimedDelivery = ReturnType<typeof deliveryOf>;
+export type ClaimedDelivery = ReturnType<typeof deliveryOf> & {
+  /** Set when its endpoint has a rate limit: the slot its claim took for it. */
+  pacing?: Pacing | undefined;
+};
+
+/**
+ * The slot of a delivery to a rate-limited endpoint. A claim takes the endpoint's next free
+ * slots, 1/rateLimit s apart, and moves its paced_until past them under the row's lock, so the
+ * slots of every replica's claims never overlap.
+ */
+export interface Pacing {
+  /** performance.now() when its attempt may start, not before. */
+  startAt: number;
+  /** performance.now() when the endpoint's first slot after those of this claim begins. */
+  nextAt: number;
+  /** 1000 / rateLimit: the time between two slots, in ms. */
+  spacingMs: number;
+}
 
 export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
@@ -41,6 +59,17 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
   /** The event's row, in the order events were recorded. */
   position: string;
   traceparent: string | null;
+  /** The rate-limited endpoints deliveries were written for, unclaimed: keys, comma-separated. */
+  paced: string | null;
+}
+
+/** A claimed delivery, and its slot when its endpoint has a rate limit (else nulls). */
+interface ClaimRow extends DeliveryRow {
+  /** When its slot begins, in ms from the end of the statement. */
+  start_ms: number | null;
+  /** When the endpoint's next free slot begins, in ms from the end of the statement. */
+  next_ms: number | null;
+  rate_limit: number | null;
 }
 
 /**
@@ -57,6 +86,11 @@ const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_u
 const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 /** A configured endpoint no running replica declares. */
 const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
+/**
+ * A fan-out's delivery is born claimed by the process that writes it, unless its endpoint is
+ * disabled (born failed) or has a rate limit (born due: only the claim takes its slots).
+ */
+const bornClaimed = sql.raw('(not e.disabled and e.rate_limit is null)');
 /** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
 const sinceIfLapsed = sql`case when ${lapsed} then ${NEXT_EVENT} else e.since_event end`;
 
@@ -94,6 +128,16 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
   };
 }
 
+/** A claimed row's slot, on this process's clock: the statement ended about when it answered. */
+function pacingOf(row: ClaimRow, answeredAt: number): Pacing | undefined {
+  if (row.start_ms === null || row.next_ms === null || row.rate_limit === null) return undefined;
+  return {
+    startAt: answeredAt + row.start_ms,
+    nextAt: answeredAt + row.next_ms,
+    spacingMs: 1000 / row.rate_limit,
+  };
+}
+
 export type Outbox = ReturnType<typeof createOutbox>;
 
 /**
@@ -118,30 +162,51 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
           insert into webhook_deliveries (event_id, endpoint_id, body, created_at, attempts,
                                           claims, next_attempt_at, failed_at, last_error)
           select taken.event_id, e.id, taken.body, taken.created_at,
-                 case when e.disabled then 0 else 1 end, case when e.disabled then 0 else 1 end,
-                 case when e.disabled then now() else ${leaseEnd(leaseMs)} end,
+                 case when ${bornClaimed} then 1 else 0 end, case when ${bornClaimed} then 1 else 0 end,
+                 case when ${bornClaimed} then ${leaseEnd(leaseMs)} else now() end,
                  case when e.disabled then now() end,
                  case when e.disabled then 'endpoint disabled' end
             from taken join webhook_endpoints as e
               on e.since_event < taken.id and ${receiving}
-          returning id, event_id, endpoint_id, body, failed_at is null as claimed
+          returning id, event_id, endpoint_id, body, claims > 0 as claimed,
+                    failed_at is not null as born_failed
         ),
-        missed as (select endpoint_id, event_id, body from written where not claimed),
+        missed as (select endpoint_id, event_id, body from written where born_failed),
         ${missedLog('missed')}
         select taken.id::text as position, written.id::text as id,
                taken.event_id::text as event_id, ${endpointColumns}, taken.body,
                1 as attempts, '1' as claims, (extract(epoch from taken.created_at) * 1000)::float8 as created_ms,
-               taken.traceparent
+               taken.traceparent,
+               (select string_agg(distinct endpoint_id::text, ',') from written
+                 where not claimed and not born_failed) as paced
           from taken
           left join written on written.event_id = taken.event_id and written.claimed
           left join webhook_endpoints as e on e.id = written.endpoint_id`,
   );
   // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
   // `= any(array(...))` runs the locking subquery once, so a claim takes at most its limit.
-  const claim = prepareStatement<DeliveryRow>(
+  // A rate-limited endpoint is paced: its row is locked (one claim at a time takes its slots;
+  // a claim that finds it locked skips it rather than wait), and the claim takes at most the
+  // slots that begin within `paceWindow` ms, 1/rate_limit s apart from paced_until or now,
+  // and moves paced_until past them. An endpoint without a limit is claimed as before: its row
+  // is neither locked nor written. clock_timestamp(), not now(): the slots are spaced from the
+  // moment the row is locked, and their delays given from the end of the statement.
+  const claim = prepareStatement<ClaimRow>(
     db,
     'webhook_claim',
-    sql`with claimed as (
+    sql`with pacing as (
+          select e.id, e.rate_limit as rate, greatest(e.paced_until, c.now) as start,
+                 ceil(extract(epoch from c.now - greatest(e.paced_until, c.now)
+                        + ${sql.placeholder('paceWindow')}::float8 * interval '1 millisecond')
+                      * e.rate_limit)::int4 as slots
+            from webhook_endpoints as e, (select clock_timestamp() as now) as c
+           where e.rate_limit is not null and not e.disabled and ${receiving}
+             and (${sql.placeholder('only')}::int8 is null
+                  or e.id = ${sql.placeholder('only')}::int8)
+             and e.id <> all(${sql.placeholder('busy')}::int8[])
+             for no key update of e skip locked
+        ),
+        claimed as (
           update webhook_deliveries
              set attempts = attempts + 1, claims = claims + 1,
                  next_attempt_at = ${leaseEnd(leaseMs)}
@@ -154,16 +219,44 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                        order by d.next_attempt_at
                        limit ${sql.placeholder('limit')}
                          for update skip locked) as due
-                    where not e.disabled and ${receiving}
+                    where e.rate_limit is null and not e.disabled and ${receiving}
                       and (${sql.placeholder('only')}::int8 is null
                            or e.id = ${sql.placeholder('only')}::int8)
-                      and e.id <> all(${sql.placeholder('busy')}::int8[])))
+                      and e.id <> all(${sql.placeholder('busy')}::int8[]))
+                 || array(
+                   select due.id from pacing as p
+                    cross join lateral (
+                      select id from webhook_deliveries as d
+                       where d.endpoint_id = p.id and d.failed_at is null
+                         and d.next_attempt_at <= now()
+                       order by d.next_attempt_at
+                       limit least(${sql.placeholder('limit')}, greatest(p.slots, 0))
+                         for update skip locked) as due))
           returning id, event_id, endpoint_id, body, attempts, claims, created_at
+        ),
+        slots as (
+          select claimed.id, p.rate,
+                 p.start + (row_number() over (partition by claimed.endpoint_id order by claimed.id) - 1)
+                   * interval '1 second' / p.rate as start_at
+            from claimed join pacing as p on p.id = claimed.endpoint_id
+        ),
+        moved as (
+          update webhook_endpoints as e
+             set paced_until = p.start + taken.n * interval '1 second' / p.rate
+            from pacing as p,
+                 (select endpoint_id, count(*) as n from claimed group by endpoint_id) as taken
+           where e.id = p.id and taken.endpoint_id = p.id
+          returning e.id, e.paced_until
         )
         select claimed.id::text as id, claimed.event_id::text as event_id,
                ${endpointColumns}, claimed.body, claimed.attempts, claimed.claims::text as claims,
-               (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms
-          from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id`,
+               (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms,
+               (extract(epoch from slots.start_at - clock_timestamp()) * 1000)::float8 as start_ms,
+               (extract(epoch from moved.paced_until - clock_timestamp()) * 1000)::float8 as next_ms,
+               slots.rate as rate_limit
+          from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id
+          left join slots on slots.id = claimed.id
+          left join moved on moved.id = claimed.endpoint_id`,
   );
   // The secret is sealed for its row: a URL's key is its row's, or drawn for the insert (only
   // when there is none, so a restart uses up no id).
@@ -235,8 +328,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
      * Takes up to `limit` recorded events whose position is above `after`, oldest first, skipping
      * those another process is taking, and turns each into one delivery per receiving endpoint
      * made before it (see since_event), born claimed by this process (attempt 1, for the lease);
-     * a disabled endpoint's is born failed ("endpoint disabled") and logged so. The events go.
-     * `last` is the position of the last event taken.
+     * a disabled endpoint's is born failed ("endpoint disabled") and logged so, and a
+     * rate-limited endpoint's is born due, for a claim to pace (`paced` lists those endpoints).
+     * The events go. `last` is the position of the last event taken.
      */
     async fanOut(limit: number, after: bigint) {
       const claimedAt = performance.now();
@@ -251,16 +345,33 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         deliveries: rows.flatMap((row) =>
           row.id === null ? [] : [deliveryOf({ ...row, id: row.id }, claimedAt, row.traceparent)],
         ),
+        paced: rows[0]?.paced?.split(',') ?? [],
       };
     },
     /**
      * Claims due deliveries of enabled, receiving endpoints, up to `limit` per endpoint, oldest
-     * first: of `only` when given, otherwise of every endpoint but those in `busy`.
+     * first: of `only` when given, otherwise of every endpoint but those in `busy`. Of a
+     * rate-limited endpoint, only as many as have a slot beginning within `paceWindowMs`, each
+     * with its slot (see Pacing); none when another claim holds its row at that moment.
      */
-    async claim(limit: number, only: string | undefined, busy: string[]) {
+    async claim(
+      limit: number,
+      only: string | undefined,
+      busy: string[],
+      paceWindowMs = paceWindowMsFor(ENGINE_TIMING.startWindowMs),
+    ): Promise<ClaimedDelivery[]> {
       const claimedAt = performance.now();
-      const rows = await claim.execute({ limit, only: only ?? null, busy });
-      return rows.map((row) => deliveryOf(row, claimedAt));
+      const rows = await claim.execute({
+        limit,
+        only: only ?? null,
+        busy,
+        paceWindow: paceWindowMs,
+      });
+      const answeredAt = performance.now();
+      return rows.map((row) => ({
+        ...deliveryOf(row, claimedAt),
+        pacing: pacingOf(row, answeredAt),
+      }));
     },
     /**
      * Declares the WEBHOOK_URLS endpoints, signed with the secret `sealFor` seals for each row
