@@ -36,7 +36,7 @@ const QUEUE_MAX = 10_000;
  * high rates, where timers are coarser than the spacing), else it is given back: a later start
  * would come too close to the next slot, which another replica may hold.
  */
-const SLOT_LATE_MIN_MS = 5;
+const SLOT_LATE_MIN_MS = 20;
 
 export type Dispatcher = ReturnType<typeof createDispatcher>;
 

@@ -65,11 +65,13 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
 
 /** A claimed delivery, and its slot when its endpoint has a rate limit (else nulls). */
 interface ClaimRow extends DeliveryRow {
-  /** When its slot begins, in ms from the end of the statement. */
+  /** When its slot begins, by the database's clock (ms since the epoch). */
   start_ms: number | null;
-  /** When the endpoint's next free slot begins, in ms from the end of the statement. */
+  /** When the endpoint's next free slot begins, by the database's clock. */
   next_ms: number | null;
   rate_limit: number | null;
+  /** The database's clock as the statement ended. */
+  ended_ms: number;
 }
 
 /**
@@ -128,12 +130,41 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
   };
 }
 
-/** A claimed row's slot, on this process's clock: the statement ended about when it answered. */
-function pacingOf(row: ClaimRow, answeredAt: number): Pacing | undefined {
+/**
+ * Reads the database's clock on this process's (performance.now()): its time plus the least
+ * difference seen, over the last minute or two, between when an answer was read here and when
+ * its statement ended there. That difference is the clocks' offset plus the answer's way back,
+ * and plus however long this process was too busy to read it: the least is the nearest to the
+ * offset and never early, so one answer read late does not move the slots it carries (which
+ * would bring them too close to the slots of the next claim, another replica's perhaps).
+ */
+function createClockReading(windowMs = 60_000) {
+  let since = Number.NEGATIVE_INFINITY;
+  let least = Number.POSITIVE_INFINITY;
+  let leastBefore = Number.POSITIVE_INFINITY;
+  return {
+    /** Learns from an answer read at `readAt` of a statement that ended at `endedMs`. */
+    observe(readAt: number, endedMs: number): void {
+      if (readAt - since >= windowMs) {
+        since = readAt;
+        leastBefore = least;
+        least = Number.POSITIVE_INFINITY;
+      }
+      least = Math.min(least, performance.timeOrigin + readAt - endedMs);
+    },
+    /** performance.now() when the database's clock reads `ms`. */
+    local: (ms: number) => ms + Math.min(least, leastBefore) - performance.timeOrigin,
+  };
+}
+
+type ClockReading = ReturnType<typeof createClockReading>;
+
+/** A claimed row's slot, on this process's clock. */
+function pacingOf(row: ClaimRow, clock: ClockReading): Pacing | undefined {
   if (row.start_ms === null || row.next_ms === null || row.rate_limit === null) return undefined;
   return {
-    startAt: answeredAt + row.start_ms,
-    nextAt: answeredAt + row.next_ms,
+    startAt: clock.local(row.start_ms),
+    nextAt: clock.local(row.next_ms),
     spacingMs: 1000 / row.rate_limit,
   };
 }
@@ -190,7 +221,8 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
   // slots that begin within `paceWindow` ms, 1/rate_limit s apart from paced_until or now,
   // and moves paced_until past them. An endpoint without a limit is claimed as before: its row
   // is neither locked nor written. clock_timestamp(), not now(): the slots are spaced from the
-  // moment the row is locked, and their delays given from the end of the statement.
+  // moment the row is locked, and the clock as the statement ends tells how to read them here.
+  const clock = createClockReading();
   const claim = prepareStatement<ClaimRow>(
     db,
     'webhook_claim',
@@ -251,8 +283,9 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         select claimed.id::text as id, claimed.event_id::text as event_id,
                ${endpointColumns}, claimed.body, claimed.attempts, claimed.claims::text as claims,
                (extract(epoch from claimed.created_at) * 1000)::float8 as created_ms,
-               (extract(epoch from slots.start_at - clock_timestamp()) * 1000)::float8 as start_ms,
-               (extract(epoch from moved.paced_until - clock_timestamp()) * 1000)::float8 as next_ms,
+               (extract(epoch from slots.start_at) * 1000)::float8 as start_ms,
+               (extract(epoch from moved.paced_until) * 1000)::float8 as next_ms,
+               (extract(epoch from clock_timestamp()) * 1000)::float8 as ended_ms,
                slots.rate as rate_limit
           from claimed join webhook_endpoints as e on e.id = claimed.endpoint_id
           left join slots on slots.id = claimed.id
@@ -368,9 +401,10 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
         paceWindow: paceWindowMs,
       });
       const answeredAt = performance.now();
+      for (const row of rows) clock.observe(answeredAt, row.ended_ms);
       return rows.map((row) => ({
         ...deliveryOf(row, claimedAt),
-        pacing: pacingOf(row, answeredAt),
+        pacing: pacingOf(row, clock),
       }));
     },
     /**
