@@ -154,8 +154,9 @@ describe('the rate limit of an endpoint', () => {
       `[rate limit] one process, rateLimit ${RATE}: ${EVENTS} attempts in ${spanS.toFixed(2)} s, mean ${((EVENTS - 1) / spanS).toFixed(1)}/s, at most ${most} in any 1 s`,
     );
     expect(most).toBeLessThanOrEqual(RATE + 1);
-    // One process alone reaches the limit: the slots follow one another.
-    expect((EVENTS - 1) / spanS).toBeGreaterThan(RATE * 0.8);
+    // One process alone about reaches the limit: the slots follow one another (less the slots
+    // a busy machine makes it miss).
+    expect((EVENTS - 1) / spanS).toBeGreaterThan(RATE * 0.7);
     // The endpoint without a limit had everything while the limited one had a fraction of it.
     expect(freeDone - created).toBeLessThan(2000);
     expect(limitedThen).toBeLessThan(EVENTS);
@@ -287,6 +288,7 @@ describe('the paced claim', () => {
 
     // 750 ms hold the slots at 0, 250 and 500 ms: three of the six.
     const first = await outbox.claim(10, limited, [], 750);
+    const answered = performance.now();
     expect(first).toHaveLength(3);
     // A moment later, the slot at 750 ms has come within the window.
     const second = await outbox.claim(10, limited, [], 750);
@@ -300,8 +302,9 @@ describe('the paced claim', () => {
     for (let i = 1; i < starts.length; i++) {
       expect((starts[i] as number) - (starts[i - 1] as number)).toSatisfy(near250);
     }
-    // The first slot is now; the next free slot is after the last one taken.
-    expect((starts[0] as number) - (first[0]?.claimedAt ?? 0)).toBeLessThan(50);
+    // The first slot began during the claim; the next free slot is after the last one taken.
+    expect(starts[0]).toBeGreaterThanOrEqual(first[0]?.claimedAt ?? Number.POSITIVE_INFINITY);
+    expect(starts[0]).toBeLessThanOrEqual(answered);
     expect((second[0]?.pacing?.nextAt ?? 0) - (starts.at(-1) as number)).toSatisfy(near250);
     const [row] = await t.database.query<{ ahead: number }>(
       `select (extract(epoch from paced_until - now()) * 1000)::float8 as ahead from webhook_endpoints
