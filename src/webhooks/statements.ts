@@ -9,6 +9,7 @@ import {
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
 } from './endpoints.js';
+import { createClockReading, type PacedColumns, type Pacing, pacingOf } from './pacing.js';
 import { ENGINE_TIMING, paceWindowMsFor } from './timing.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
@@ -18,20 +19,6 @@ export type ClaimedDelivery = ReturnType<typeof deliveryOf> & {
   /** Set when its endpoint has a rate limit: the slot its claim took for it. */
   pacing?: Pacing | undefined;
 };
-
-/**
- * The slot of a delivery to a rate-limited endpoint. A claim takes the endpoint's next free
- * slots, 1/rateLimit s apart, and moves its paced_until past them under the row's lock, so the
- * slots of every replica's claims never overlap.
- */
-export interface Pacing {
-  /** performance.now() when its attempt may start, not before. */
-  startAt: number;
-  /** performance.now() when the endpoint's first slot after those of this claim begins. */
-  nextAt: number;
-  /** 1000 / rateLimit: the time between two slots, in ms. */
-  spacingMs: number;
-}
 
 export const leaseEnd = (leaseMs: number) =>
   sql.raw(`now() + interval '${Math.trunc(leaseMs)} milliseconds'`);
@@ -63,17 +50,6 @@ interface FanOutRow extends Omit<DeliveryRow, 'id'> {
   paced: string | null;
 }
 
-/** A claimed delivery, and its slot when its endpoint has a rate limit (else nulls). */
-interface ClaimRow extends DeliveryRow {
-  /** When its slot begins, by the database's clock (ms since the epoch). */
-  start_ms: number | null;
-  /** When the endpoint's next free slot begins, by the database's clock. */
-  next_ms: number | null;
-  rate_limit: number | null;
-  /** The database's clock as the statement ended. */
-  ended_ms: number;
-}
-
 /**
  * The target of an endpoint's delivery, read beside it; the old key only within its grace. Its
  * version is updated_at, which every change sets to clock_timestamp(): a change that waited for
@@ -88,10 +64,7 @@ const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as endpoint_u
 const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 /** A configured endpoint no running replica declares. */
 const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
-/**
- * A fan-out's delivery is born claimed by the process that writes it, unless its endpoint is
- * disabled (born failed) or has a rate limit (born due: only the claim takes its slots).
- */
+/** A fan-out's delivery is born claimed, unless born failed or due (only a claim paces). */
 const bornClaimed = sql.raw('(not e.disabled and e.rate_limit is null)');
 /** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
 const sinceIfLapsed = sql`case when ${lapsed} then ${NEXT_EVENT} else e.since_event end`;
@@ -127,45 +100,6 @@ function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: string | 
     createdAtMs: row.created_ms,
     /** The W3C trace context recorded with the event, on the deliveries its fan-out made. */
     traceparent: traceparent ?? undefined,
-  };
-}
-
-/**
- * Reads the database's clock on this process's (performance.now()): its time plus the least
- * difference seen, over the last minute or two, between when an answer was read here and when
- * its statement ended there. That difference is the clocks' offset plus the answer's way back,
- * and plus however long this process was too busy to read it: the least is the nearest to the
- * offset and never early, so one answer read late does not move the slots it carries (which
- * would bring them too close to the slots of the next claim, another replica's perhaps).
- */
-function createClockReading(windowMs = 60_000) {
-  let since = Number.NEGATIVE_INFINITY;
-  let least = Number.POSITIVE_INFINITY;
-  let leastBefore = Number.POSITIVE_INFINITY;
-  return {
-    /** Learns from an answer read at `readAt` of a statement that ended at `endedMs`. */
-    observe(readAt: number, endedMs: number): void {
-      if (readAt - since >= windowMs) {
-        since = readAt;
-        leastBefore = least;
-        least = Number.POSITIVE_INFINITY;
-      }
-      least = Math.min(least, performance.timeOrigin + readAt - endedMs);
-    },
-    /** performance.now() when the database's clock reads `ms`. */
-    local: (ms: number) => ms + Math.min(least, leastBefore) - performance.timeOrigin,
-  };
-}
-
-type ClockReading = ReturnType<typeof createClockReading>;
-
-/** A claimed row's slot, on this process's clock. */
-function pacingOf(row: ClaimRow, clock: ClockReading): Pacing | undefined {
-  if (row.start_ms === null || row.next_ms === null || row.rate_limit === null) return undefined;
-  return {
-    startAt: clock.local(row.start_ms),
-    nextAt: clock.local(row.next_ms),
-    spacingMs: 1000 / row.rate_limit,
   };
 }
 
@@ -216,26 +150,23 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
   );
   // One statement for every endpoint: a poll costs the same with one endpoint or a hundred.
   // `= any(array(...))` runs the locking subquery once, so a claim takes at most its limit.
-  // A rate-limited endpoint is paced: its row is locked (one claim at a time takes its slots;
-  // a claim that finds it locked skips it rather than wait), and the claim takes at most the
-  // slots that begin within `paceWindow` ms, 1/rate_limit s apart from paced_until or now,
-  // and moves paced_until past them. An endpoint without a limit is claimed as before: its row
-  // is neither locked nor written. clock_timestamp(), not now(): the slots are spaced from the
-  // moment the row is locked, and the clock as the statement ends tells how to read them here.
+  // A rate-limited endpoint's row is locked (skipped if another claim holds it): the claim takes
+  // its slots that begin within `paceWindowMs`, 1/rate_limit s apart from paced_until or the
+  // lock, and moves paced_until past them. Without a limit, its row is neither locked nor written.
   const clock = createClockReading();
-  const claim = prepareStatement<ClaimRow>(
+  const claimable = sql`not e.disabled and ${receiving}
+    and (${sql.placeholder('only')}::int8 is null or e.id = ${sql.placeholder('only')}::int8)
+    and e.id <> all(${sql.placeholder('busy')}::int8[])`;
+  const claim = prepareStatement<DeliveryRow & PacedColumns>(
     db,
     'webhook_claim',
     sql`with pacing as (
           select e.id, e.rate_limit as rate, greatest(e.paced_until, c.now) as start,
                  ceil(extract(epoch from c.now - greatest(e.paced_until, c.now)
-                        + ${sql.placeholder('paceWindow')}::float8 * interval '1 millisecond')
+                        + ${sql.placeholder('paceWindowMs')}::float8 * interval '1 millisecond')
                       * e.rate_limit)::int4 as slots
             from webhook_endpoints as e, (select clock_timestamp() as now) as c
-           where e.rate_limit is not null and not e.disabled and ${receiving}
-             and (${sql.placeholder('only')}::int8 is null
-                  or e.id = ${sql.placeholder('only')}::int8)
-             and e.id <> all(${sql.placeholder('busy')}::int8[])
+           where e.rate_limit is not null and ${claimable}
              for no key update of e skip locked
         ),
         claimed as (
@@ -251,10 +182,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                        order by d.next_attempt_at
                        limit ${sql.placeholder('limit')}
                          for update skip locked) as due
-                    where e.rate_limit is null and not e.disabled and ${receiving}
-                      and (${sql.placeholder('only')}::int8 is null
-                           or e.id = ${sql.placeholder('only')}::int8)
-                      and e.id <> all(${sql.placeholder('busy')}::int8[]))
+                    where e.rate_limit is null and ${claimable})
                  || array(
                    select due.id from pacing as p
                     cross join lateral (
@@ -394,12 +322,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
       paceWindowMs = paceWindowMsFor(ENGINE_TIMING.startWindowMs),
     ): Promise<ClaimedDelivery[]> {
       const claimedAt = performance.now();
-      const rows = await claim.execute({
-        limit,
-        only: only ?? null,
-        busy,
-        paceWindow: paceWindowMs,
-      });
+      const rows = await claim.execute({ limit, only: only ?? null, busy, paceWindowMs });
       const answeredAt = performance.now();
       for (const row of rows) clock.observe(answeredAt, row.ended_ms);
       return rows.map((row) => ({
