@@ -17,8 +17,9 @@ import { createDispatcher, type Dispatcher } from './webhooks/engine.js';
 import { createWebhookMetrics } from './webhooks/metrics.js';
 import { createReplays, type Replays } from './webhooks/replays.js';
 import { sealSecret } from './webhooks/secrets.js';
-import { createOutbox, createUpkeep } from './webhooks/statements.js';
+import { createOutbox } from './webhooks/statements.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
+import { createUpkeep } from './webhooks/upkeep.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */

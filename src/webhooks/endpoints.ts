@@ -297,7 +297,7 @@ export function createEndpointStore(
         description,
         disabled,
         events: [...events],
-        rateLimit,
+        rateLimit: rateLimit === null ? null : Number(rateLimit),
         secret: sealed,
       });
       if (!row) throw new Error('the insert of an endpoint returned no row');
@@ -325,7 +325,7 @@ export function createEndpointStore(
         disabled: disabled ?? null,
         events: events === undefined ? null : [...events],
         setRateLimit: rateLimit !== undefined,
-        rateLimit: rateLimit ?? null,
+        rateLimit: rateLimit == null ? null : Number(rateLimit),
       };
       return (await update.execute(values))[0];
     },

@@ -4,25 +4,22 @@ import type { WebhookConfig } from '../config.js';
 import type { Database } from '../db/client.js';
 import { type EventTypeName, exampleBody } from './event-types.js';
 import type { WebhookMetrics } from './metrics.js';
+import {
+  createOutcomeStatements,
+  type DisabledEndpoint,
+  GONE_REASON,
+  type Outcome,
+  type OutcomeStatements,
+  plantIdOf,
+} from './outcomes.js';
 import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';
 import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
 import { webhookId } from './signature.js';
-import {
-  type ClaimedDelivery,
-  createOutbox,
-  createOutcomeStatements,
-  createUpkeep,
-  type DisabledEndpoint,
-  GONE_REASON,
-  type Outbox,
-  type Outcome,
-  type OutcomeStatements,
-  plantIdOf,
-  type Upkeep,
-} from './statements.js';
-import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './timing.js';
+import { type ClaimedDelivery, createOutbox, type Outbox } from './statements.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor, paceWindowMsFor } from './timing.js';
 import { attemptTrigger } from './triggers.js';
+import { createUpkeep, type Upkeep } from './upkeep.js';
 
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
 const FAN_OUT_LIMIT = 1000;
@@ -34,6 +31,12 @@ const FAN_OUT_LIMIT = 1000;
 const FAN_OUT_MARGIN = 10_000n;
 /** Deliveries that may wait in one lane's queue; beyond, new ones are released at once. */
 const QUEUE_MAX = 10_000;
+/**
+ * A paced delivery starts at most half its endpoint's spacing after its slot (or this long, at
+ * high rates, where timers are coarser than the spacing), else it is given back: a later start
+ * would come too close to the next slot, which another replica may hold.
+ */
+const SLOT_LATE_MIN_MS = 20;
 
 export type Dispatcher = ReturnType<typeof createDispatcher>;
 
@@ -106,13 +109,21 @@ export function createDispatcher(options: DispatcherOptions) {
     return lane;
   }
 
+  /** How long after its claim an attempt may start (see startBy). */
+  const startWindowMs = Math.min(
+    timing.startWindowMs,
+    leaseMs - config.timeoutMs - timing.startMarginMs,
+  );
   /**
    * The latest moment an attempt of `delivery` may start: within its claim, and within
    * timing.startWindowMs of it, so that no attempt uses what an endpoint was.
    */
-  const startBy = (delivery: ClaimedDelivery) =>
-    delivery.claimedAt +
-    Math.min(timing.startWindowMs, leaseMs - config.timeoutMs - timing.startMarginMs);
+  const startBy = (delivery: ClaimedDelivery) => delivery.claimedAt + startWindowMs;
+  /** A claim takes the slots of a rate-limited endpoint that begin within this long. */
+  const paceWindowMs = paceWindowMsFor(startWindowMs);
+  /** A paced delivery that can no longer start close enough to its slot. */
+  const missedSlot = ({ pacing }: ClaimedDelivery, now: number) =>
+    pacing !== undefined && now - pacing.startAt > Math.max(pacing.spacingMs / 2, SLOT_LATE_MIN_MS);
 
   /** When an endpoint was last changed here (performance.now()), for a lease after. */
   const changedAt = new Map<string, number>();
@@ -126,11 +137,55 @@ export function createDispatcher(options: DispatcherOptions) {
 
   function pump(lane: Lane): void {
     while (lane.inFlight.size < config.concurrency && lane.queue.length > 0) {
-      const delivery = lane.queue.shift() as ClaimedDelivery;
-      if (stopping || performance.now() > startBy(delivery)) release(delivery);
+      const delivery = lane.queue[0] as ClaimedDelivery;
+      const now = performance.now();
+      // A paced delivery waits in its place for its slot (the queue is in slot order).
+      const startAt = delivery.pacing?.startAt ?? now;
+      if (!stopping && startAt > now) {
+        pumpAt(lane, startAt);
+        break;
+      }
+      lane.queue.shift();
+      if (stopping || now > startBy(delivery) || missedSlot(delivery, now)) release(delivery);
       else void attempt(lane, delivery);
     }
     if (lane.queue.length === 0 && lane.backlog) claim(lane);
+  }
+
+  /** Pumps the lane again when the first of its queue reaches its slot. */
+  function pumpAt(lane: Lane, at: number): void {
+    if (at >= lane.paceAt) return;
+    clearTimeout(lane.paceTimer);
+    lane.paceAt = at;
+    lane.paceTimer = setTimeout(
+      () => {
+        lane.paceAt = Number.POSITIVE_INFINITY;
+        pump(lane);
+      },
+      Math.max(0, at - performance.now()),
+    );
+    lane.paceTimer.unref();
+  }
+
+  /** Puts a delivery in its lane's queue: a paced one in slot order, after those not paced. */
+  function place(lane: Lane, delivery: ClaimedDelivery): void {
+    const startAt = (queued: ClaimedDelivery | undefined) =>
+      queued?.pacing?.startAt ?? Number.NEGATIVE_INFINITY;
+    let at = lane.queue.length;
+    while (at > 0 && startAt(lane.queue[at - 1]) > startAt(delivery)) at--;
+    lane.queue.splice(at, 0, delivery);
+  }
+
+  /**
+   * A lane holding paced deliveries claims again when its last slot is reached (or, at a rate
+   * below one slot per pace window, when the next free slot comes within the window): so one
+   * process alone keeps to the rate limit, however many others share the endpoint.
+   */
+  function claimAfterSlots(lane: Lane): void {
+    const last = lane.queue.at(-1)?.pacing;
+    if (last === undefined) return;
+    const at = Math.max(last.startAt, last.nextAt - paceWindowMs);
+    if (at > performance.now()) wakeAt(lane, at, 0);
   }
 
   async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
@@ -267,7 +322,7 @@ export function createDispatcher(options: DispatcherOptions) {
   }
 
   /** Claims again when a retry this process scheduled falls due (others find it by polling). */
-  function wakeAt(lane: Lane, at: number): void {
+  function wakeAt(lane: Lane, at: number, lateMs = timing.wakeLateMs): void {
     if (stopping || at >= lane.wakeAt) return;
     clearTimeout(lane.wakeTimer);
     lane.wakeAt = at;
@@ -276,7 +331,7 @@ export function createDispatcher(options: DispatcherOptions) {
         lane.wakeAt = Number.POSITIVE_INFINITY;
         claim(lane);
       },
-      Math.max(0, at - performance.now()) + timing.wakeLateMs,
+      Math.max(0, at - performance.now()) + lateMs,
     );
     lane.wakeTimer.unref();
   }
@@ -292,7 +347,7 @@ export function createDispatcher(options: DispatcherOptions) {
     if (free <= 0) return;
     lane.claiming = true;
     outbox
-      .claim(free, lane.endpoint, [])
+      .claim(free, lane.endpoint, [], paceWindowMs)
       .then(
         (deliveries) => {
           lane.backlog = deliveries.length === free;
@@ -306,6 +361,7 @@ export function createDispatcher(options: DispatcherOptions) {
       .finally(() => {
         lane.claiming = false;
         pump(lane);
+        claimAfterSlots(lane);
         if (lane.claimAgain) {
           lane.claimAgain = false;
           claim(lane);
@@ -314,9 +370,14 @@ export function createDispatcher(options: DispatcherOptions) {
   }
 
   let claimingEndpoints = false;
+  let claimEndpointsAgain = false;
   /** One claim for the due deliveries of every endpoint whose lane here has room. */
   function claimForEndpoints(): void {
-    if (!running || stopping || claimingEndpoints) return;
+    if (!running || stopping) return;
+    if (claimingEndpoints) {
+      claimEndpointsAgain = true;
+      return;
+    }
     const busy: string[] = [];
     for (const lane of lanes.values()) {
       const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
@@ -324,12 +385,16 @@ export function createDispatcher(options: DispatcherOptions) {
     }
     claimingEndpoints = true;
     outbox
-      .claim(config.concurrency, undefined, busy)
+      .claim(config.concurrency, undefined, busy, paceWindowMs)
       .then(enqueue, (error) => {
         logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
       })
       .finally(() => {
         claimingEndpoints = false;
+        if (claimEndpointsAgain) {
+          claimEndpointsAgain = false;
+          claimForEndpoints();
+        }
       });
   }
 
@@ -341,12 +406,15 @@ export function createDispatcher(options: DispatcherOptions) {
       if (stopping || lane.queue.length >= QUEUE_MAX || predatesChange(delivery)) {
         release(delivery);
       } else {
-        lane.queue.push(delivery);
+        place(lane, delivery);
         lane.lastBusy = performance.now();
         touched.add(lane);
       }
     }
-    for (const lane of touched) pump(lane);
+    for (const lane of touched) {
+      claimAfterSlots(lane);
+      pump(lane);
+    }
   }
 
   let fanningOut: Promise<void> | undefined;
@@ -363,8 +431,14 @@ export function createDispatcher(options: DispatcherOptions) {
       return;
     }
     fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
-      ({ events, last, deliveries }) => {
+      ({ events, last, deliveries, paced }) => {
         enqueue(deliveries);
+        // A rate-limited endpoint's deliveries were left due: claimed now, each with its slot.
+        for (const key of paced) {
+          const lane = lanes.get(key);
+          if (lane) claim(lane);
+          else claimForEndpoints();
+        }
         if (last !== undefined && last > lastTaken) lastTaken = last;
         // More may wait right after the last one taken.
         if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
@@ -387,6 +461,7 @@ export function createDispatcher(options: DispatcherOptions) {
       const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
       if (idle && now - lane.lastBusy > timing.idleLaneMs) {
         clearTimeout(lane.wakeTimer);
+        clearTimeout(lane.paceTimer);
         lanes.delete(key);
         void lane.pool.close().catch(() => {});
       }
@@ -467,6 +542,7 @@ export function createDispatcher(options: DispatcherOptions) {
       await fanningOut;
       for (const lane of lanes.values()) {
         clearTimeout(lane.wakeTimer);
+        clearTimeout(lane.paceTimer);
         for (const delivery of lane.queue.splice(0)) release(delivery);
       }
       const deadline = performance.now() + waitMs;

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { AttemptResult } from './sending.js';
-import type { OutboxStats } from './statements.js';
+import type { OutboxStats } from './upkeep.js';
 
 export type WebhookMetrics = ReturnType<typeof createWebhookMetrics>;
 

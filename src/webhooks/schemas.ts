@@ -98,9 +98,13 @@ const Events = (text: string) =>
     description: text,
   });
 
+// The body's parser reads every integer as a bigint (see http/json.ts); the store takes a number.
 const rateLimitProblem = (value: unknown) =>
   value === null ||
-  (typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= RATE_LIMIT_MAX)
+  ((typeof value === 'number' || typeof value === 'bigint') &&
+    Number.isInteger(Number(value)) &&
+    Number(value) >= 1 &&
+    Number(value) <= RATE_LIMIT_MAX)
     ? undefined
     : `must be an integer from 1 to ${RATE_LIMIT_MAX}, or null for no limit`;
 

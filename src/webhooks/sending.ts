@@ -234,6 +234,9 @@ function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
     backlog: false,
     wakeAt: Number.POSITIVE_INFINITY,
     wakeTimer: undefined as NodeJS.Timeout | undefined,
+    /** When the first of the queue, a paced delivery, may start: the lane pumps again then. */
+    paceAt: Number.POSITIVE_INFINITY,
+    paceTimer: undefined as NodeJS.Timeout | undefined,
     /** performance.now() when it last had work: idle endpoint lanes are closed. */
     lastBusy: performance.now(),
   };

@@ -54,3 +54,10 @@ export const ENGINE_TIMING: EngineTiming = {
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */
 export const leaseMsFor = (timeoutMs: number, timing: EngineTiming = ENGINE_TIMING) =>
   timeoutMs + timing.leaseMarginMs;
+
+/**
+ * A claim takes the slots of a rate-limited endpoint that begin within this long of it: a
+ * quarter less than the start window, so that the last one still starts in time once the
+ * claim has answered.
+ */
+export const paceWindowMsFor = (startWindowMs: number) => startWindowMs * 0.75;

@@ -6,13 +6,11 @@ import { Client } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { endpointIdOf } from '../../src/webhooks/ids.js';
+import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
-import {
-  createOutbox,
-  createOutcomeStatements,
-  createUpkeep,
-} from '../../src/webhooks/statements.js';
+import { createOutbox } from '../../src/webhooks/statements.js';
 import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
+import { createUpkeep } from '../../src/webhooks/upkeep.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import {

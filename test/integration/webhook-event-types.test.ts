@@ -7,8 +7,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { plantJson } from '../../src/plants/serialize.js';
 import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/event-types.js';
+import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
-import { createOutcomeStatements } from '../../src/webhooks/statements.js';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import {

@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
-import { createUpkeep, redeliverFailed } from '../../src/webhooks/statements.js';
+import { createUpkeep, redeliverFailed } from '../../src/webhooks/upkeep.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
 
