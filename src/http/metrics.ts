@@ -10,6 +10,8 @@ export interface MetricsSources {
   writes?: () => { queued: number; inFlight: number };
   /** Reads by id: those waiting for a SELECT, and SELECTs in flight. */
   reads?: () => { queued: number; inFlight: number };
+  /** The deletes' batch queue. */
+  deletes?: () => { queued: number; inFlight: number };
 }
 
 export interface Metrics {
@@ -118,6 +120,13 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       'plant_store_read_queue',
       'Reads by id waiting for a SELECT (queued) and SELECTs in flight (in_flight)',
       sources.reads,
+    );
+  }
+  if (sources.deletes) {
+    queueGauge(
+      'plant_store_delete_queue',
+      'Deletes waiting for a DELETE (queued) and DELETEs in flight (in_flight)',
+      sources.deletes,
     );
   }
 

@@ -1,4 +1,4 @@
-import { eq, type SQL, sql } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
@@ -45,10 +45,13 @@ export interface PlantQueries {
   findByIds(ids: bigint[]): Promise<Map<bigint, StoredPlant>>;
   listPage(range: PageRange): Promise<PlantPage>;
   /**
-   * Deletes the plant: whether there was one, and how many deleted events were recorded with it.
-   * `traceContext` (a W3C traceparent) goes with that event.
+   * Deletes the plants among `ids` (distinct): those there were, and how many deleted events
+   * were recorded with them. `traceContext` (a W3C traceparent) goes with those events.
    */
-  deleteById(id: bigint, traceContext?: string): Promise<{ deleted: boolean; recorded: number }>;
+  deleteByIds(
+    ids: bigint[],
+    traceContext?: string,
+  ): Promise<{ deleted: Set<bigint>; recorded: number }>;
 }
 
 export interface QueryOptions {
@@ -177,11 +180,12 @@ export function createPlantQueries(
          order by ${plants.tag}, ${plants.id} limit ${sql.placeholder('limit')}`,
     pageOf,
   );
-  const deleteById = db
-    .delete(plants)
-    .where(eq(plants.id, sql.placeholder('id')))
-    .returning({ id: plants.id })
-    .prepare('plants_delete');
+  const deleteByIds = prepareStatement<{ id: string }>(
+    db,
+    'plants_delete_batch',
+    sql`delete from ${plants} where ${plants.id} = any(${sql.placeholder('ids')}::int8[])
+        returning ${plants.id}::text as id`,
+  );
 
   const arrays = (rows: NewPlant[]): PlantArrays => ({
     ids: `{${rows.map((row) => row.id).join(',')}}`,
@@ -235,15 +239,20 @@ export function createPlantQueries(
         ? listPage.execute({ fromId, limit })
         : listTaggedPage.execute({ fromId, tag, limit });
     },
-    async deleteById(id, traceContext) {
+    async deleteByIds(ids, traceContext) {
+      const values = { ids: `{${ids.join(',')}}` };
       if (withEvents) {
-        const [row] = await withEvents.deleteById.execute({
-          id,
+        const rows = await withEvents.deleteByIds.execute({
+          ...values,
           traceContext: traceContext ?? null,
         });
-        return { deleted: row !== undefined, recorded: row?.recorded ?? 0 };
+        return {
+          deleted: new Set(rows.map((row) => BigInt(row.id))),
+          recorded: rows[0]?.recorded ?? 0,
+        };
       }
-      return { deleted: (await deleteById.execute({ id })).length > 0, recorded: 0 };
+      const rows = await deleteByIds.execute(values);
+      return { deleted: new Set(rows.map((row) => BigInt(row.id))), recorded: 0 };
     },
   };
 }
@@ -320,11 +329,12 @@ function eventStatements(db: Database, textAsBytes: boolean) {
   );
   // The plant as it was, in the JSON of GET /plants/{id} (to_json escapes a string as
   // JSON.stringify does), in the envelope of the other event types, made in the statement.
-  const deleteById = prepareStatement<{ recorded: number }>(
+  const deleteByIds = prepareStatement<{ id: string; recorded: number }>(
     db,
-    'plants_delete_events',
+    'plants_delete_batch_events',
     sql`with deleted as (
-          delete from plants where id = ${sql.placeholder('id')}::int8 returning id, name, tag
+          delete from plants where id = any(${sql.placeholder('ids')}::int8[])
+          returning id, name, tag
         ),
         recorded as (
           select record_events('plantDeleted', array(
@@ -336,12 +346,12 @@ function eventStatements(db: Database, textAsBytes: boolean) {
                      from deleted),
                  ${sql.placeholder('traceContext')}::text) as count
         )
-        select recorded.count as recorded from deleted, recorded`,
+        select deleted.id::text as id, recorded.count as recorded from deleted, recorded`,
   );
   return {
     insertNew,
     insertOrLock,
-    deleteById,
+    deleteByIds,
     parameters: (rows: NewPlant[], arrays: PlantArrays, traceContext: string | undefined) => ({
       ...arrays,
       payloads: textArrayLiteral(rows.map(storedPlantJson)),

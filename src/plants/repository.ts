@@ -49,7 +49,7 @@ export interface PlantRepository {
   /** Resolves when every create and read accepted so far has its answer. */
   drain(): Promise<void>;
   /** Requests waiting for a batch, and batches in flight, of creates and of reads by id. */
-  stats(): { writes: QueueStats; reads: QueueStats };
+  stats(): { writes: QueueStats; reads: QueueStats; deletes: QueueStats };
 }
 
 export interface RepositoryOptions extends QueryOptions {
@@ -64,7 +64,7 @@ export interface RepositoryOptions extends QueryOptions {
 }
 
 /**
- * The plant store. Creates and reads by id are coalesced: the requests that arrive while the
+ * The plant store. Creates, reads by id and deletes are coalesced: the requests that arrive while the
  * database is busy leave together, one statement for many (see createBatchQueue). When a batch
  * finds the database unavailable, the requests queued behind it fail with it.
  */
@@ -73,6 +73,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
   const onRecorded = options.onRecorded ?? (() => {});
   const writes = createBatchQueue(createPlantsInBatch(queries, onRecorded), options.writes);
   const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
+  const deletes = createBatchQueue(deletePlantsInBatch(queries, onRecorded), options.writes);
   return {
     createPlant: (plant) => writes.add(plant),
     getPlant: (id) => reads.add(id),
@@ -80,15 +81,11 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
       if (after === INT64_MAX) return emptyPage;
       return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
     },
-    async deletePlant(id) {
-      const { deleted, recorded } = await queries.deleteById(id);
-      if (recorded > 0) onRecorded();
-      return deleted;
-    },
+    deletePlant: (id) => deletes.add(id),
     async drain() {
-      await Promise.all([writes.drain(), reads.drain()]);
+      await Promise.all([writes.drain(), reads.drain(), deletes.drain()]);
     },
-    stats: () => ({ writes: writes.stats(), reads: reads.stats() }),
+    stats: () => ({ writes: writes.stats(), reads: reads.stats(), deletes: deletes.stats() }),
   };
 }
 
@@ -118,9 +115,9 @@ function tracedQueries(
       ),
     listPage: (range) =>
       statementSpan({ operation: 'SELECT', collection }, database, () => queries.listPage(range)),
-    deleteById: (id) =>
-      statementSpan({ operation: 'DELETE', collection }, database, () =>
-        queries.deleteById(id, traceContext()),
+    deleteByIds: (ids) =>
+      statementSpan({ operation: 'DELETE', collection, batchSize: ids.length }, database, () =>
+        queries.deleteByIds(ids, traceContext()),
       ),
   };
 }
@@ -135,6 +132,34 @@ function readPlantsInBatch(queries: PlantQueries): BatchHandler<bigint, StoredPl
         throw classifyDatabaseError(error);
       }
       for (const { item, resolve } of batch) resolve(found.get(item));
+    },
+    failsQueued: isDatabaseUnavailable,
+  };
+}
+
+/**
+ * Deletes in one statement for the batch. Of two deletes of one id in a batch, the first finds
+ * the plant and the second finds none, as if they had been sent one after the other.
+ */
+function deletePlantsInBatch(
+  queries: PlantQueries,
+  onRecorded: () => void,
+): BatchHandler<bigint, boolean> {
+  return {
+    async run(batch) {
+      // In id order, as creates lock theirs: batches that share ids cannot deadlock.
+      const ids = [...new Set(batch.map(({ item }) => item))].sort((a, b) =>
+        a < b ? -1 : a > b ? 1 : 0,
+      );
+      let deleted: Set<bigint>;
+      try {
+        const result = await queries.deleteByIds(ids);
+        if (result.recorded > 0) onRecorded();
+        deleted = result.deleted;
+      } catch (error) {
+        throw classifyDatabaseError(error);
+      }
+      for (const { item, resolve } of batch) resolve(deleted.delete(item));
     },
     failsQueued: isDatabaseUnavailable,
   };

@@ -78,6 +78,20 @@ describe('the insert that locks what is stored', () => {
   });
 });
 
+describe('deletes sent together', () => {
+  it('answer as if sent one after the other: of two deletes of one id, the first finds the plant', async () => {
+    const repository = createPlantRepository(t.appDatabase.db, batching);
+    for (const id of [30n, 31n, 32n]) await repository.createPlant({ id, name: 'Doomed' });
+    const sent = [30n, 31n, 30n, 33n, 32n];
+    const answers = await Promise.all(sent.map((id) => repository.deletePlant(id)));
+    expect(answers).toStrictEqual([true, true, false, false, true]);
+    expect(
+      await t.database.query('select id from plants where id between 30 and 33'),
+    ).toStrictEqual([]);
+    expect(repository.stats().deletes).toStrictEqual({ queued: 0, inFlight: 0 });
+  });
+});
+
 describe('deletes racing creates of the same ids', () => {
   const variants = [{ name: 'Fern' }, { name: 'Fern', tag: 'green' }, { name: 'Moss' }];
   const ids = [100n, 101n, 102n, 103n];

@@ -73,6 +73,8 @@ describe('GET /metrics', () => {
     expect(sample(body, 'plant_store_write_queue{state="in_flight"}')).toBe(0);
     expect(sample(body, 'plant_store_read_queue{state="queued"}')).toBe(0);
     expect(sample(body, 'plant_store_read_queue{state="in_flight"}')).toBe(0);
+    expect(sample(body, 'plant_store_delete_queue{state="queued"}')).toBe(0);
+    expect(sample(body, 'plant_store_delete_queue{state="in_flight"}')).toBe(0);
   });
 
   it.runIf(testEngine() === 'postgres')('reports the database pool', async () => {
