@@ -38,6 +38,8 @@ export interface AppOptions {
   endpoints: () => EndpointStore;
   /** Called after each change made through the management API has been committed. */
   onEndpointsChanged?: (key: string) => void;
+  /** Called after a recover or a resend made deliveries of an endpoint due, once committed. */
+  onDeliveriesDue?: (key: string) => void;
   /** The statements of resends; throws (503) until the database is open. */
   replays: () => Replays;
   /** The delivery engine, which sends tests of endpoints; throws (503) until it runs. */
@@ -141,6 +143,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     answerWithinMs,
     jsonMaxDepth: http.jsonMaxDepth,
     onEndpointsChanged: options.onEndpointsChanged,
+    onDeliveriesDue: options.onDeliveriesDue,
     replays: options.replays,
     dispatcher: options.dispatcher,
   });

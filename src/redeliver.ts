@@ -7,7 +7,7 @@ import { createLogger } from './logger.js';
 import { type RedeliveryFilter, redeliverFailed } from './webhooks/upkeep.js';
 
 const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
-Sends failed newPlant webhook deliveries again (every one unless a filter is given): they become
+Sends failed webhook deliveries again (every one unless a filter is given): they become
 due at once with a fresh retry schedule, and the running service delivers them.`;
 
 function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {

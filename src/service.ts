@@ -101,6 +101,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
         : () => database?.poolStats?.() ?? { total: 0, idle: 0, waiting: 0 },
     writes: () => repository?.stats().writes ?? idle,
     reads: () => repository?.stats().reads ?? idle,
+    deletes: () => repository?.stats().deletes ?? idle,
   });
   const latestMillis = latestMigrationMillis();
   const stopIdleCollection = collectWhenIdle();
@@ -126,6 +127,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     },
     // A change to an endpoint through the API, committed: what waits here for it is claimed again.
     onEndpointsChanged: (key) => dispatcher?.endpointChanged(key),
+    onDeliveriesDue: (key) => dispatcher?.deliveriesDue(key),
     // Until open() has made it, each failure is counted in memory: a guess must not go uncounted
     // while the service starts, and the count cannot be shared before the database answers.
     authFailures: () => authFailures,

@@ -69,7 +69,7 @@ const endpoints = sql.raw('webhook_endpoints');
 /** The reason an endpointDisabled event gives when a client disabled the endpoint. */
 export const API_DISABLED_REASON = 'disabled through the API';
 
-/** Held shared by each create while it records events (see record_events). */
+/** Held shared by every statement while it records events (see record_events). */
 const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
 /** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
 export const SUBSCRIPTION_LOCKED = sql.raw(

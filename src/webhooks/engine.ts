@@ -214,7 +214,8 @@ export function createDispatcher(options: DispatcherOptions) {
     return {
       endpoint: lane.endpoint,
       eventId: delivery.eventId,
-      plantId: plantIdOf(delivery.body),
+      // A test's example names no stored plant.
+      plantId: delivery.trigger === 'test' ? undefined : plantIdOf(delivery.body),
       trigger: attemptTrigger(delivery.trigger, delivery.attempt),
       eventType: delivery.eventType,
       body: delivery.body,
@@ -520,9 +521,17 @@ export function createDispatcher(options: DispatcherOptions) {
       const lane = lanes.get(key);
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);
-      // Once the releases are written, the claim reads the endpoint as it now is (a recover's
-      // deliveries included).
+      // Once the releases are written, the claim reads the endpoint as it now is.
       void recorder.flush().then(() => (lane ? claim(lane) : claimForEndpoints()));
+    },
+    /**
+     * Deliveries of an endpoint were made due here (a recover, a resend): claimed at once rather
+     * than at the next poll, without giving back what its lane holds.
+     */
+    deliveriesDue(key: string): void {
+      const lane = lanes.get(key);
+      if (lane) claim(lane);
+      else claimForEndpoints();
     },
     /** Starts looking for events and due deliveries: retries, and what other processes left. */
     start(): void {

@@ -13,7 +13,8 @@ const header = (name: string, description: string, schema: object) => ({
 const signedHeaders = [
   header('webhook-id', 'The event: the same on every attempt of it', {
     type: 'string',
-    pattern: '^msg_[0-9a-f]{32}$',
+    // A test of an endpoint (POST .../test) sends msg_test_ ids.
+    pattern: '^msg_(test_)?[0-9a-f]{32}$',
   }),
   header('webhook-timestamp', 'Unix seconds when this attempt was sent', {
     type: 'integer',
@@ -67,35 +68,43 @@ function typedWebhook({ name, summary, description, schema, example }: EventType
 
 const typed = (name: EventTypeName) => typedWebhook(EVENT_TYPES.get(name) as EventType);
 
-/**
- * The requests the service sends, as the OpenAPI document declares them under `webhooks`: one
- * per event type. newPlant keeps the source document's key and body.
- */
-export const webhooksDocument = {
-  '/plant/webhook': {
-    post: {
-      operationId: 'newPlantWebhook',
-      summary: 'A new plant was stored',
-      description:
-        'Information about a new plant added to the store: the newPlant event. Sent to every ' +
-        'endpoint whose `events` lists `newPlant` (every URL of `WEBHOOK_URLS` by default) once ' +
-        `a POST /plants has stored a new plant (never for a replay or a 409). ${delivery}`,
-      tags: ['plants'],
-      security: [],
-      parameters: signedHeaders,
-      requestBody: {
-        description: 'Plant added to the store: the NewPlant as stored, its id with every digit',
-        required: true,
-        content: {
-          'application/json': {
-            schema: { $ref: '#/components/schemas/NewPlant' },
-            examples: plantExamples.newPlant,
-          },
+/** The newPlant request, as the source document declares it, with `operationId`. */
+const newPlantWebhook = (operationId: string, also: string) => ({
+  post: {
+    operationId,
+    summary: 'A new plant was stored',
+    description:
+      'Information about a new plant added to the store: the newPlant event. Sent to every ' +
+      'endpoint whose `events` lists `newPlant` (every URL of `WEBHOOK_URLS` by default) once ' +
+      `a POST /plants has stored a new plant (never for a replay or a 409). ${also}${delivery}`,
+    tags: ['plants'],
+    security: [],
+    parameters: signedHeaders,
+    requestBody: {
+      description: 'Plant added to the store: the NewPlant as stored, its id with every digit',
+      required: true,
+      content: {
+        'application/json': {
+          schema: { $ref: '#/components/schemas/NewPlant' },
+          examples: plantExamples.newPlant,
         },
       },
-      responses: received,
     },
+    responses: received,
   },
+});
+
+/**
+ * The requests the service sends, as the OpenAPI document declares them under `webhooks`: one
+ * per event type, under its name. newPlant is also under the source document's key, with its
+ * body.
+ */
+export const webhooksDocument = {
+  '/plant/webhook': newPlantWebhook('newPlantWebhook', ''),
+  newPlant: newPlantWebhook(
+    'newPlantEventWebhook',
+    'The same request as `/plant/webhook`, under the name of its event type. ',
+  ),
   plantDeleted: typed('plantDeleted'),
   endpointDisabled: typed('endpointDisabled'),
   deliveryExhausted: typed('deliveryExhausted'),

@@ -51,6 +51,8 @@ export interface EndpointRoutesOptions {
   jsonMaxDepth: number;
   /** Told the row key (decimal) of an endpoint once a change to it has committed, before the answer. */
   onEndpointsChanged?: ((key: string) => void) | undefined;
+  /** Told the row key of an endpoint whose deliveries a recover or a resend made due, once committed. */
+  onDeliveriesDue?: ((key: string) => void) | undefined;
   /** The statements of resends; throws (503) while the service is still opening its database. */
   replays: () => Replays;
   /** The delivery engine, which sends tests; throws (503) until it runs. */
@@ -63,6 +65,7 @@ export async function endpointRoutes(
 ): Promise<void> {
   const { endpoints, verifyToken, limits } = options;
   const changed = options.onEndpointsChanged ?? (() => {});
+  const due = options.onDeliveriesDue ?? (() => {});
   await requireBearerToken(app, verifyToken, limits);
   const answered = answerWithin(options.answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -257,7 +260,7 @@ export async function endpointRoutes(
       );
       if (recovered === undefined) throw notFound();
       if (recovered === 'disabled') throw new HttpError(409, DISABLED_MESSAGE);
-      changed(String(keyOfRequest(request)));
+      due(String(keyOfRequest(request)));
       return reply.code(202).send({ recovering: recovered });
     },
   );
@@ -279,7 +282,7 @@ export async function endpointRoutes(
           if (resent === 'unknown') throw unknownEvent();
           if (resent === 'disabled') throw new HttpError(409, DISABLED_SEND_MESSAGE);
           // Claimed here at once, rather than at the next poll.
-          changed(String(key));
+          due(String(key));
           return reply.code(202).send();
         },
       );

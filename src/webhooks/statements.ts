@@ -179,6 +179,10 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
                       * e.rate_limit)::int4 as slots
             from webhook_endpoints as e, (select clock_timestamp() as now) as c
            where e.rate_limit is not null and ${claimable}
+             -- Only an endpoint with something due: a poll locks and writes no other row.
+             and exists (select 1 from webhook_deliveries as d
+                          where d.endpoint_id = e.id and d.failed_at is null
+                            and d.next_attempt_at <= now())
              for no key update of e skip locked
         ),
         claimed as (

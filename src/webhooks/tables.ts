@@ -82,7 +82,7 @@ export const webhookEndpoints = pgTable(
 );
 
 /**
- * The newPlant webhook's outbox: one row per event and endpoint, written when a dispatcher
+ * The webhooks' outbox: one row per event and endpoint, written when a dispatcher
  * takes the event. `url` is only on rows that releases before configured endpoints wrote for a
  * WEBHOOK_URLS subscriber; a starting replica moves them to that URL's endpoint. A row lives until its event is delivered (then it is deleted) or its last attempt fails
  * (then `failed_at` is set and it waits for a redelivery, or for the retention to end).

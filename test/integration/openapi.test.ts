@@ -270,6 +270,7 @@ describe('the served document, beside the source document', () => {
   it('declares every event type under webhooks, each signed, the others with their envelope', () => {
     expect(Object.keys(document.webhooks)).toStrictEqual([
       '/plant/webhook',
+      'newPlant',
       'plantDeleted',
       'endpointDisabled',
       'deliveryExhausted',
@@ -288,6 +289,16 @@ describe('the served document, beside the source document', () => {
       });
       expect(Object.keys(responses)).toStrictEqual(['200']);
     }
+    // newPlant under its name is the source's request, with its own operationId.
+    const { operationId, ...newPlant } = document.webhooks.newPlant.post;
+    const { operationId: sourceId, ...atSourceKey } = document.webhooks['/plant/webhook'].post;
+    expect(operationId).not.toBe(sourceId);
+    expect(newPlant.requestBody).toStrictEqual(atSourceKey.requestBody);
+    expect(newPlant.parameters).toStrictEqual(atSourceKey.parameters);
+    // A test's webhook-id is msg_test_...: every webhook's header pattern allows it.
+    const idPattern = new RegExp(atSourceKey.parameters[0].schema.pattern);
+    expect(idPattern.test('msg_test_0f1e2d3c4b5a69788796a5b4c3d2e1f0')).toBe(true);
+    expect(idPattern.test('msg_0f1e2d3c4b5a69788796a5b4c3d2e1f0')).toBe(true);
     const catalog = document.paths['/webhooks/event-types'].get;
     expect(catalog.security).toStrictEqual([{ adminBearer: [] }]);
     expect(catalog.responses['200'].content['application/json'].schema).toMatchObject({

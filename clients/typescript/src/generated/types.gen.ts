@@ -4,7 +4,7 @@ export type ClientOptions = {
     baseUrl: `${string}://${string}` | (string & {});
 };
 
-export type Webhooks = NewPlantWebhookWebhookRequest | PlantDeletedWebhookWebhookRequest | EndpointDisabledWebhookWebhookRequest | DeliveryExhaustedWebhookWebhookRequest;
+export type Webhooks = NewPlantWebhookWebhookRequest | NewPlantEventWebhookWebhookRequest | PlantDeletedWebhookWebhookRequest | EndpointDisabledWebhookWebhookRequest | DeliveryExhaustedWebhookWebhookRequest;
 
 /**
  * A plant as stored; `tag` is absent when the plant has none
@@ -1536,6 +1536,18 @@ export type NewPlantWebhookWebhookPayload = NewPlant;
 export type NewPlantWebhookWebhookRequest = {
     body: NewPlantWebhookWebhookPayload;
     key: '/plant/webhook';
+    path?: never;
+    query?: never;
+};
+
+/**
+ * Plant added to the store: the NewPlant as stored, its id with every digit
+ */
+export type NewPlantEventWebhookWebhookPayload = NewPlant;
+
+export type NewPlantEventWebhookWebhookRequest = {
+    body: NewPlantEventWebhookWebhookPayload;
+    key: 'newPlant';
     path?: never;
     query?: never;
 };
