@@ -69,7 +69,12 @@ const endpoints = sql.raw('webhook_endpoints');
 /** The reason an endpointDisabled event gives when a client disabled the endpoint. */
 export const API_DISABLED_REASON = 'disabled through the API';
 
-/** Held shared by every statement while it records events (see record_events). */
+/**
+ * Held shared by every statement while it records events (see record_events), exclusively by
+ * the changes that make an endpoint receive. The order of locks, for every statement that takes
+ * more than one of these: an endpoint's row, then the subscription lock, then delivery rows;
+ * taken in that order, no two statements deadlock.
+ */
 const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
 /** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
 export const SUBSCRIPTION_LOCKED = sql.raw(
@@ -84,8 +89,8 @@ export const subscriptionLockedIf = (rows: SQL) =>
                                from (${rows}) as rows limit 1) as locks) as subscription_locked`;
 /**
  * A one-row FROM item that takes the subscription lock shared, as record_events does, when
- * `condition` holds: a statement that records events after it locks rows takes it first, in
- * the order of the changes that take it exclusively (the lock, then rows).
+ * `condition` holds: a statement that records events after it locks delivery rows takes it
+ * before them (see the order of locks above).
  */
 export const subscriptionSharedIf = (condition: SQL) =>
   sql`(select count(*) from (select pg_advisory_xact_lock_shared(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
@@ -167,14 +172,13 @@ export function createEndpointStore(
   );
   // Null leaves a field as it is; `rateLimit` is changed only when `setRateLimit`, since null
   // is a value of it (no limit). New event types take the subscription lock, as a new endpoint
-  // does: a change that no endpoint received until now is recorded from the answer on. Disabling keeps the reason of an endpoint already disabled
-  // (the service's own); an endpoint the client disables has none. Disabling gives up the
-  // pending deliveries in the same statement (attempts already claimed: see
-  // EngineTiming.startWindowMs).
-  // An enabled endpoint that the patch disables is an endpointDisabled event, in the same
-  // statement. `before` reads its row under the lock the update takes anyway, so the newest
-  // version, and before the subscription lock, in the order the attempt log's statement takes
-  // them (row, then lock).
+  // does: a change that no endpoint received until now is recorded from the answer on.
+  // Disabling keeps the reason of an endpoint already disabled (the service's own); an endpoint
+  // the client disables has none. Disabling gives up the pending deliveries in the same
+  // statement (attempts already claimed: see EngineTiming.startWindowMs), and an enabled
+  // endpoint that the patch disables is an endpointDisabled event, in the same statement.
+  // `before` reads its row under the lock the update takes anyway, so the newest version,
+  // before the subscription lock (see the order of locks).
   const update = prepareStatement<EndpointRow>(
     db,
     'webhook_endpoint_patch',
