@@ -19,8 +19,11 @@ export function createReplays(db: Database, { logRetentionS }: { logRetentionS: 
   const resend = prepareStatement<{ disabled: boolean; found: boolean }>(
     db,
     'webhook_resend',
+    // The endpoint's row is read under a share lock: a PATCH that disables it waits for the
+    // resend's commit and then gives its delivery up with the others (logged as missed), or
+    // commits first and the resend reads it disabled.
     sql`with endpoint as (
-          select id, disabled from webhook_endpoints where id = ${key}
+          select id, disabled from webhook_endpoints where id = ${key} for share
         ),
         source as (
           select * from (

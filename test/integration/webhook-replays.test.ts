@@ -1,10 +1,12 @@
 // Resends and tests of endpoints, and the trigger of every attempt in the attempt log: each
 // through the management API, to a receiver on loopback that verifies every signature.
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig, type WebhookConfig } from '../../src/config.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
 import { createUpkeep, redeliverFailed } from '../../src/webhooks/upkeep.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { serverUrlOf, testEngine } from '../helpers/database.js';
 import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
 
 const ADMIN = 'admin-token-replays-8c2d';
@@ -254,6 +256,39 @@ describe('POST /webhooks/endpoints/{id}/events/{eventId}/resend', () => {
     ]);
     expect(hook.requests).toHaveLength(0);
   });
+
+  // A second connection holds the PATCH's row lock: only a server has one.
+  it.skipIf(testEngine() === 'pglite')(
+    'waits for a PATCH that disables the endpoint, then answers 409 and adds no delivery',
+    async () => {
+      const t = await app();
+      const { path, id } = await subscriber(t);
+      await t.dispatcher?.stop(0);
+      const key = BigInt(`0x${id.slice(3)}`).toString();
+      const [row] = await t.database.query<{ event_id: string }>(
+        `insert into webhook_deliveries (event_id, endpoint_id, body, failed_at)
+         values (gen_random_uuid(), $1, '{"id":8,"name":"Agave"}', now())
+         returning replace(event_id::text, '-', '') as event_id`,
+        [key],
+      );
+      const patch = new pg.Client({ connectionString: serverUrlOf(t.database) });
+      await patch.connect();
+      try {
+        await patch.query('begin');
+        await patch.query('update webhook_endpoints set disabled = true where id = $1', [key]);
+        const answer = resend(t, path, `msg_${row?.event_id}`);
+        await settle(300);
+        await patch.query('commit');
+        expect((await answer).statusCode).toBe(409);
+      } finally {
+        await patch.end();
+      }
+      const rows = await t.database.query<{ trigger: string }>(
+        'select trigger from webhook_deliveries order by id',
+      );
+      expect(rows).toStrictEqual([{ trigger: 'delivery' }]);
+    },
+  );
 
   it('answers 404 for an unknown event, another endpoint’s, a malformed id, a test’s, and one older than the retention', async () => {
     const t = await app({ logRetentionS: 3600 });
