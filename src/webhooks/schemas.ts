@@ -77,14 +77,24 @@ const newKey = (what: string) =>
 /** The highest `rateLimit`, in deliveries per second. */
 export const RATE_LIMIT_MAX = 10_000;
 
+/**
+ * Why `value` is no event type's name. A string is quoted; any other value is named by its kind
+ * only (a JSON number is read as a bigint, which JSON.stringify cannot write).
+ */
+function unknownEventType(value: unknown): string {
+  const named =
+    typeof value === 'string'
+      ? `an unknown event type ${JSON.stringify(value)}`
+      : `an event type that is not a string (${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value === 'bigint' ? 'a number' : `a ${typeof value}`})`;
+  return `names ${named}: one of ${EVENT_TYPE_NAMES.join(', ')}`;
+}
+
 /** What is wrong with `value` as an endpoint's list of event types; undefined when nothing is. */
 function eventsProblem(value: unknown): string | undefined {
   if (!Array.isArray(value)) return 'must be an array of event type names';
   if (value.length === 0) return 'must name at least one event type';
-  const unknown = value.find((name) => !isEventTypeName(name));
-  if (unknown !== undefined) {
-    return `names an unknown event type ${JSON.stringify(unknown)}: one of ${EVENT_TYPE_NAMES.join(', ')}`;
-  }
+  const unknown = value.findIndex((name) => !isEventTypeName(name));
+  if (unknown >= 0) return unknownEventType(value[unknown]);
   if (new Set(value).size !== value.length) return 'must not name an event type twice';
   return undefined;
 }
@@ -336,9 +346,7 @@ export const ResendParamsSchema = Type.Object({
 });
 
 const eventTypeProblem = (value: unknown) =>
-  isEventTypeName(value)
-    ? undefined
-    : `names an unknown event type ${JSON.stringify(value)}: one of ${EVENT_TYPE_NAMES.join(', ')}`;
+  isEventTypeName(value) ? undefined : unknownEventType(value);
 
 export const EndpointTestSchema = Type.Object(
   {

@@ -509,6 +509,11 @@ describe('events in POST and PATCH', () => {
       ['newPlant', 'plantRenamed'],
       'body/events names an unknown event type "plantRenamed": one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
     ],
+    [
+      'a number',
+      ['newPlant', 5],
+      'body/events names an event type that is not a string (a number): one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
+    ],
     ['an empty list', [], 'body/events must name at least one event type'],
   ])('answers 400 naming the problem for %s', async (_, events, message) => {
     const t = await app();

@@ -497,6 +497,11 @@ describe('POST /webhooks/endpoints/{id}/test', () => {
     expect(unknown.json().message).toBe(
       'body/eventType names an unknown event type "plantWatered": one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
     );
+    const number = await admin(t, 'POST', `${path}/test`, { eventType: 5 });
+    expect(number.statusCode).toBe(400);
+    expect(number.json().message).toBe(
+      'body/eventType names an event type that is not a string (a number): one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
+    );
     const get = await admin(t, 'GET', `${path}/test`);
     expect(get.statusCode).toBe(405);
     expect(get.headers.allow).toBe('POST');
