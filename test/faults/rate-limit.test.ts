@@ -7,6 +7,7 @@ import { generateSecret } from '../../src/webhooks/secrets.js';
 import { TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
 import { createClusterDatabase, ensureClusterRunning, queryUrl } from '../helpers/cluster.js';
 import { killIfRunning, type RunningServer, startServer } from '../helpers/process.js';
+import { maxInAnySecond } from '../helpers/rates.js';
 import { startReceiver } from '../helpers/receiver.js';
 
 const cluster = inject('cluster');
@@ -17,18 +18,6 @@ const PLANTS = 300;
 const CLIENTS = 8;
 const ADMIN_TOKEN = 'admin-token-rate-limit-5d0e';
 const SECRET = generateSecret();
-
-/** The most of `times` (ms) that fall in any window [t, t + 1000). */
-function maxInAnySecond(times: number[]): number {
-  const sorted = times.toSorted((a, b) => a - b);
-  let most = 0;
-  let first = 0;
-  for (let last = 0; last < sorted.length; last++) {
-    while ((sorted[last] as number) - (sorted[first] as number) >= 1000) first++;
-    most = Math.max(most, last - first + 1);
-  }
-  return most;
-}
 
 /** Creates the plants `ids` on `service`, `CLIENTS` at a time. */
 async function createPlants(service: RunningServer, ids: number[]): Promise<void> {

@@ -3,8 +3,7 @@
 // disabling an endpoint, private destinations refused before connecting, retention.
 import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { describe, expect, it } from 'vitest';
 import { endpointIdOf } from '../../src/webhooks/ids.js';
 import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
@@ -13,43 +12,18 @@ import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
 import { createUpkeep } from '../../src/webhooks/upkeep.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
-import {
-  type Answer,
-  type ReceivedRequest,
-  startReceiver,
-  WEBHOOK_SECRET,
-} from '../helpers/receiver.js';
+import { eventually } from '../helpers/eventually.js';
+import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
 import { ringKey } from '../helpers/sealed.js';
+import { webhookApps } from '../helpers/webhook-apps.js';
 
 const ADMIN_TOKEN = 'admin-token-races-2b8e';
 
-const open: Array<{ close(): Promise<void> }> = [];
-afterEach(async () => {
-  for (const resource of open.splice(0).reverse()) await resource.close();
+/** Apps sending to endpoints (and to `urls`), allowed to reach loopback unless told not to. */
+const { app, receiver, track } = webhookApps(ADMIN_TOKEN, {
+  retrySchedule: [0.1, 0.2],
+  concurrency: 8,
 });
-
-async function receiver(secret: string, answer?: (request: ReceivedRequest, n: number) => Answer) {
-  const started = await startReceiver(answer, { secret });
-  open.push(started);
-  return started;
-}
-
-/** An app sending to endpoints (and to `urls`), allowed to reach loopback unless told not to. */
-async function app(overrides: Partial<WebhookConfig> = {}) {
-  const t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN_TOKEN },
-    webhooks: {
-      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-      timeoutMs: 1000,
-      retrySchedule: [0.1, 0.2],
-      concurrency: 8,
-      allowPrivateNetworks: true,
-      ...overrides,
-    },
-  });
-  open.push(t);
-  return t;
-}
 
 /** A key ring of one new key. */
 const ringOf = (id: string): KeyRing => [ringKey(id)];
@@ -108,15 +82,6 @@ const endpointRow = async (t: TestApp, id: string) =>
     )
   )[0];
 
-async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (until(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
-
 const verify = (secret: string, request: ReceivedRequest, signature: string) => {
   const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
   const id = request.headers['webhook-id'];
@@ -130,7 +95,7 @@ const verify = (secret: string, request: ReceivedRequest, signature: string) => 
 describe('deliveries to endpoints', () => {
   it('signs each endpoint with its own key, beside a static URL signed with WEBHOOK_SECRET', async () => {
     const static_ = await startReceiver();
-    open.push(static_);
+    track(static_);
     const [secretA, secretB] = [generateSecret(), generateSecret()];
     const [a, b] = [await receiver(secretA), await receiver(secretB)];
     const t = await app({ urls: [static_.url], secret: WEBHOOK_SECRET });
@@ -450,12 +415,12 @@ describe('endpoints through the API, end to end', () => {
       },
       { secret: generateSecret() },
     );
-    open.push(hook);
+    track(hook);
     const t = await startTestApp({
       env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
       webhooks: { timeoutMs: 1000, retrySchedule: [0.1] },
     });
-    open.push(t);
+    track(t);
     const created = await admin(t, 'POST', '/webhooks/endpoints', { url: hook.url });
     expect(created.statusCode, created.body).toBe(201);
     const { id } = created.json() as { id: string };
@@ -551,7 +516,7 @@ describe('endpoints through the API, end to end', () => {
       env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
       webhooks: { timeoutMs: 1000, retrySchedule: [0.1] },
     });
-    open.push(other);
+    track(other);
     const timed = async (method: 'PATCH' | 'POST' | 'DELETE', url: string, body?: unknown) => {
       const started = performance.now();
       const response = await admin(other, method, url, body);
@@ -588,7 +553,7 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
   async function connection(t: TestApp) {
     const client = new Client({ connectionString: t.database.url });
     await client.connect();
-    open.push({ close: () => client.end() });
+    track({ close: () => client.end() });
     return client;
   }
   /** Records a plant's event as the service's create statement does. */

@@ -1,42 +1,21 @@
 // Custom headers of an endpoint: set and read through the management API, stored sealed for
 // their row, and sent with every delivery to it, after the service's own headers.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openSecret } from '../../src/webhooks/secrets.js';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { eventually } from '../helpers/eventually.js';
 import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
 import { ringKey } from '../helpers/sealed.js';
+import { webhookApps } from '../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-headers-8e21';
 // Values that stand for a receiver's credentials: spelled so that none appears anywhere by chance.
 const CREDENTIAL = 'Bearer receiver-credential-5b9d07';
 const OTHER_CREDENTIAL = 'Bearer receiver-credential-c4e611';
 
-const open: Array<{ close(): Promise<void> }> = [];
-afterEach(async () => {
-  for (const resource of open.splice(0).reverse()) await resource.close();
-});
-
-async function app(overrides: Partial<WebhookConfig> = {}) {
-  const t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN },
-    webhooks: {
-      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-      timeoutMs: 1000,
-      retrySchedule: [],
-      allowPrivateNetworks: true,
-      ...overrides,
-    },
-  });
-  open.push(t);
-  return t;
-}
-
-async function receiver() {
-  const started = await startReceiver(undefined, { secret: WEBHOOK_SECRET });
-  open.push(started);
-  return started;
-}
+const apps = webhookApps(ADMIN, { retrySchedule: [] });
+const { app, track } = apps;
+const receiver = () => apps.receiver(WEBHOOK_SECRET);
 
 type Method = 'GET' | 'PUT' | 'POST' | 'DELETE' | 'PATCH';
 
@@ -67,15 +46,6 @@ async function stored(t: TestApp, id: string) {
     [id],
   );
   return row;
-}
-
-async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (until(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 const attempts = (t: TestApp) =>
@@ -363,7 +333,7 @@ describe('deliveries with custom headers', () => {
     const hook = await startReceiver(() => ({ status: n++ === 0 ? 503 : 200 }), {
       secret: WEBHOOK_SECRET,
     });
-    open.push(hook);
+    track(hook);
     const t = await app({ retrySchedule: [0.05] });
     const id = await endpoint(t, hook.url);
     expect((await put(t, id, { 'X-Greenhouse': 'north' })).statusCode).toBe(204);

@@ -3,55 +3,28 @@
 // WEBHOOK_EVENTS for the configured endpoints, and the refusal of unknown or empty lists.
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Client } from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { describe, expect, it } from 'vitest';
+import type { WebhookConfig } from '../../src/config.js';
 import { plantJson } from '../../src/plants/serialize.js';
 import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/event-types.js';
 import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
-import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { postPlant, type TestApp, TOKEN } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
-import {
-  type Answer,
-  type ReceivedRequest,
-  startReceiver,
-  WEBHOOK_SECRET,
-} from '../helpers/receiver.js';
+import { type ReceivedRequest, WEBHOOK_SECRET } from '../helpers/receiver.js';
+import { webhookApps } from '../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-event-types-51c0';
 const admin = { authorization: `Bearer ${ADMIN}` };
 
-const open: Array<{ close(): Promise<void> }> = [];
-afterEach(async () => {
-  for (const resource of open.splice(0).reverse()) await resource.close();
-});
-
-async function receiver(secret: string, answer?: (request: ReceivedRequest, n: number) => Answer) {
-  const started = await startReceiver(answer, { secret });
-  open.push(started);
-  return started;
-}
-
 /**
- * An app with short retries, allowed to reach the receivers on loopback. Its poll is too slow to
- * matter: what it sends, it sends because a change woke it.
+ * Apps with short retries, allowed to reach the receivers on loopback. Their poll is too slow to
+ * matter: what they send, they send because a change woke them.
  */
-async function app(overrides: Partial<WebhookConfig> = {}, replicaOf?: TestApp) {
-  const t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN },
-    webhooks: {
-      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-      timeoutMs: 1000,
-      retrySchedule: [0.05, 0.05],
-      allowPrivateNetworks: true,
-      ...overrides,
-    },
-    webhookTiming: { pollIntervalMs: 60_000 },
-    ...(replicaOf && { replicaOf }),
-  });
-  open.push(t);
-  return t;
-}
+const apps = webhookApps(ADMIN, { retrySchedule: [0.05, 0.05] }, { pollIntervalMs: 60_000 });
+const { receiver, track } = apps;
+const app = (overrides: Partial<WebhookConfig> = {}, replicaOf?: TestApp) =>
+  apps.app(overrides, replicaOf && { replicaOf });
 
 const json = (payload: unknown) => ({
   headers: { ...admin, 'content-type': 'application/json' },
@@ -556,7 +529,7 @@ describe.runIf(testEngine() === 'postgres')('the lock order of a delivery given 
     const connection = async () => {
       const client = new Client({ connectionString: t.database.url });
       await client.connect();
-      open.push({ close: () => client.end() });
+      track({ close: () => client.end() });
       return client;
     };
     // A change that holds the lock exclusively, as a PATCH of `events` does.

@@ -3,43 +3,27 @@
 // allows, an endpoint without a limit not slowed beside it, a change applied from its answer.
 // Across several processes: see test/faults/rate-limit.test.ts.
 import { Client } from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { describe, expect, it } from 'vitest';
 import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/ids.js';
 import { generateSecret } from '../../src/webhooks/secrets.js';
 import { createOutbox } from '../../src/webhooks/statements.js';
 import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
-import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
-import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
+import { postPlant, type TestApp } from '../helpers/app.js';
+import { eventually } from '../helpers/eventually.js';
+import { maxInAnySecond } from '../helpers/rates.js';
+import type { ReceivedRequest } from '../helpers/receiver.js';
+import { webhookApps } from '../helpers/webhook-apps.js';
 
 const ADMIN_TOKEN = 'admin-token-paced-7c41';
 
-const open: Array<{ close(): Promise<void> }> = [];
-afterEach(async () => {
-  for (const resource of open.splice(0).reverse()) await resource.close();
+const { app, receiver, track } = webhookApps(ADMIN_TOKEN, {
+  retrySchedule: [0.1, 0.2],
+  concurrency: 8,
 });
 
-async function receiver(secret: string, answer?: (request: ReceivedRequest, n: number) => Answer) {
-  const started = await startReceiver(answer, { secret });
-  open.push(started);
-  return started;
-}
-
-async function app(overrides: Partial<WebhookConfig> = {}) {
-  const t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN_TOKEN },
-    webhooks: {
-      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-      timeoutMs: 1000,
-      retrySchedule: [0.1, 0.2],
-      concurrency: 8,
-      allowPrivateNetworks: true,
-      ...overrides,
-    },
-  });
-  open.push(t);
-  return t;
-}
+/** Paced deliveries take their time: eventually, with a longer wait than its default. */
+const eventuallyPaced = <T>(read: () => Promise<T>, until: (value: T) => boolean) =>
+  eventually(read, until, 15_000);
 
 const admin = (t: TestApp, method: 'POST' | 'PATCH', url: string, body: unknown) =>
   t.app.inject({
@@ -70,27 +54,6 @@ const attemptsTo = (t: TestApp, key: string) =>
        from webhook_attempts where endpoint_id = $1 order by attempted_at`,
     [key],
   );
-
-async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, ms = 15_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (until(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
-
-/** The most of `times` (ms) that fall in any window [t, t + 1000). */
-function maxInAnySecond(times: number[]): number {
-  const sorted = times.toSorted((a, b) => a - b);
-  let most = 0;
-  let first = 0;
-  for (let last = 0; last < sorted.length; last++) {
-    while ((sorted[last] as number) - (sorted[first] as number) >= 1000) first++;
-    most = Math.max(most, last - first + 1);
-  }
-  return most;
-}
 
 /** Every webhook-id received, once each however often it came. */
 const eventsOf = (requests: ReceivedRequest[]) =>
@@ -133,7 +96,7 @@ describe('the rate limit of an endpoint', () => {
     const freeDone = Date.now();
     const limitedThen = limited.requests.length;
     await limited.waitFor(EVENTS, 15_000);
-    const log = await eventually(
+    const log = await eventuallyPaced(
       () => attemptsTo(t, limitedKey),
       (rows) => rows.length >= EVENTS,
     );
@@ -187,7 +150,7 @@ describe('the rate limit of an endpoint', () => {
     await createPlants(t, 11, 9);
     await hook.waitFor(before + 9, 10_000);
     const starts = (
-      await eventually(
+      await eventuallyPaced(
         () => attemptsTo(t, key),
         (rows) => rows.length >= 19,
       )
@@ -212,7 +175,7 @@ describe('the rate limit of an endpoint', () => {
     expect(again).toHaveLength(2);
     expect((again[1]?.at ?? 0) - (first?.at ?? 0)).toBeGreaterThanOrEqual(950);
     expect(eventsOf(hook.requests).size).toBe(5);
-    const log = await eventually(
+    const log = await eventuallyPaced(
       () => attemptsTo(t, key),
       (rows) => rows.length >= 6,
     );
@@ -229,7 +192,7 @@ describe('the paced claim', () => {
   async function connection(t: TestApp) {
     const client = new Client({ connectionString: t.database.url });
     await client.connect();
-    open.push({ close: () => client.end() });
+    track({ close: () => client.end() });
     return client;
   }
 

@@ -1,35 +1,18 @@
 // Resends and tests of endpoints, and the trigger of every attempt in the attempt log: each
 // through the management API, to a receiver on loopback that verifies every signature.
 import pg from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { describe, expect, it } from 'vitest';
 import { generateSecret } from '../../src/webhooks/secrets.js';
 import { createUpkeep, redeliverFailed } from '../../src/webhooks/upkeep.js';
-import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
+import { postPlant, type TestApp } from '../helpers/app.js';
 import { serverUrlOf, testEngine } from '../helpers/database.js';
+import { eventually } from '../helpers/eventually.js';
 import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
+import { webhookApps } from '../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-replays-8c2d';
 
-const open: Array<{ close(): Promise<void> }> = [];
-afterEach(async () => {
-  for (const resource of open.splice(0).reverse()) await resource.close();
-});
-
-async function app(overrides: Partial<WebhookConfig> = {}) {
-  const t = await startTestApp({
-    env: { ADMIN_TOKENS: ADMIN },
-    webhooks: {
-      ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-      timeoutMs: 1000,
-      retrySchedule: [0.1],
-      allowPrivateNetworks: true,
-      ...overrides,
-    },
-  });
-  open.push(t);
-  return t;
-}
+const { app, track } = webhookApps(ADMIN, { retrySchedule: [0.1] });
 
 const admin = (t: TestApp, method: 'GET' | 'POST' | 'PATCH', url: string, body?: unknown) =>
   t.app.inject({
@@ -50,7 +33,7 @@ async function subscriber(
 ) {
   const secret = generateSecret();
   const hook = await startReceiver(answer, { secret });
-  open.push(hook);
+  track(hook);
   const created = await admin(t, 'POST', '/webhooks/endpoints', {
     url: hook.url,
     secret,
@@ -71,15 +54,6 @@ interface Attempt {
 
 const log = async (t: TestApp, path: string) =>
   (await admin(t, 'GET', `${path}/attempts`)).json() as Attempt[];
-
-async function eventually<T>(read: () => Promise<T>, until: (value: T) => boolean, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (until(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
 
 const settle = (ms = 400) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -9,6 +9,7 @@ import { createOutbox } from '../../src/webhooks/statements.js';
 import { redeliverFailed } from '../../src/webhooks/upkeep.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
+import { eventually } from '../helpers/eventually.js';
 import { freePort } from '../helpers/process.js';
 import {
   type Answer,
@@ -83,19 +84,6 @@ async function appRecordingOnly(urls = ['http://127.0.0.1:9/unused']) {
   open.push(t);
   await t.dispatcher?.stop(0);
   return t;
-}
-
-async function eventually<T>(
-  read: () => Promise<T>,
-  until: (value: T) => boolean,
-  withinMs = 10_000,
-) {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    const value = await read();
-    if (until(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
