@@ -293,6 +293,21 @@ const AttemptStatus = (text: string) =>
     { type: 'string', enum: ATTEMPT_STATUSES, description: text },
   );
 
+/** How an attempt ended: in the attempt log, and in the answer to a test. */
+const attemptOutcome = {
+  status: AttemptStatus('Whether the receiver answered 2xx in time'),
+  responseStatus: Type.Optional(
+    Type.Integer({
+      format: 'int32',
+      description: "The receiver's status; absent when there was no answer",
+    }),
+  ),
+  error: Type.Optional(
+    Type.String({ description: 'Why it failed, when the status does not say it all' }),
+  ),
+  durationMs: Type.Integer({ format: 'int32', description: 'How long it took' }),
+};
+
 export const AttemptSchema = Type.Object(
   {
     id: Type.String({ pattern: '^att_[0-9a-f]{16}$', description: 'Chosen by the service' }),
@@ -313,17 +328,7 @@ export const AttemptSchema = Type.Object(
       description:
         'Why it was made: `delivery` (the first attempt of a new event), `retry` (a later attempt), `recover` (a recover or the operator’s redeliver), `resend` or `test`',
     }),
-    status: AttemptStatus('Whether the receiver answered 2xx in time'),
-    responseStatus: Type.Optional(
-      Type.Integer({
-        format: 'int32',
-        description: "The receiver's status; absent when there was no answer",
-      }),
-    ),
-    error: Type.Optional(
-      Type.String({ description: 'Why it failed, when the status does not say it all' }),
-    ),
-    durationMs: Type.Integer({ format: 'int32', description: 'How long it took' }),
+    ...attemptOutcome,
     attemptedAt: dateTime('When it started (RFC 3339, UTC)'),
   },
   { $id: 'Attempt', description: 'One delivery attempt to an endpoint' },
@@ -367,17 +372,7 @@ export const TestOutcomeSchema = Type.Object(
       pattern: '^msg_test_[0-9a-f]{32}$',
       description: 'The `webhook-id` the test was sent with: `msg_test_` and 32 hex digits',
     }),
-    status: AttemptStatus('Whether the receiver answered 2xx in time'),
-    responseStatus: Type.Optional(
-      Type.Integer({
-        format: 'int32',
-        description: "The receiver's status; absent when there was no answer",
-      }),
-    ),
-    error: Type.Optional(
-      Type.String({ description: 'Why it failed, when the status does not say it all' }),
-    ),
-    durationMs: Type.Integer({ format: 'int32', description: 'How long it took' }),
+    ...attemptOutcome,
   },
   {
     $id: 'TestOutcome',
