@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/client.js';
 import { prepareStatement } from '../db/prepared.js';
 import {
@@ -69,6 +69,9 @@ export const endpointColumns = sql.raw(`e.id::text as endpoint_key, e.url as end
 export const receiving = sql.raw('(not e.configured or e.declared_until > now())');
 /** A configured endpoint no running replica declares. */
 const lapsed = sql.raw('not coalesce(e.declared_until > now(), false)');
+/** The deliveries `d` of the endpoint `endpoint` names that are due: not given up, their time come. */
+const dueOf = (endpoint: SQL) => sql`webhook_deliveries as d
+  where d.endpoint_id = ${endpoint} and d.failed_at is null and d.next_attempt_at <= now()`;
 /** A fan-out's delivery is born claimed, unless born failed or due (only a claim paces). */
 const bornClaimed = sql.raw('(not e.disabled and e.rate_limit is null)');
 /** A lapsed endpoint declared again receives the events after it, as a new endpoint does. */
@@ -180,9 +183,7 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
             from webhook_endpoints as e, (select clock_timestamp() as now) as c
            where e.rate_limit is not null and ${claimable}
              -- Only an endpoint with something due: a poll locks and writes no other row.
-             and exists (select 1 from webhook_deliveries as d
-                          where d.endpoint_id = e.id and d.failed_at is null
-                            and d.next_attempt_at <= now())
+             and exists (select 1 from ${dueOf(sql.raw('e.id'))})
              for no key update of e skip locked
         ),
         claimed as (
@@ -192,19 +193,14 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
            where id = any(array(
                    select due.id from webhook_endpoints as e
                     cross join lateral (
-                      select id from webhook_deliveries as d
-                       where d.endpoint_id = e.id and d.failed_at is null
-                         and d.next_attempt_at <= now()
-                       order by d.next_attempt_at
-                       limit ${sql.placeholder('limit')}
+                      select id from ${dueOf(sql.raw('e.id'))}
+                       order by d.next_attempt_at limit ${sql.placeholder('limit')}
                          for update skip locked) as due
                     where e.rate_limit is null and ${claimable})
                  || array(
                    select due.id from pacing as p
                     cross join lateral (
-                      select id from webhook_deliveries as d
-                       where d.endpoint_id = p.id and d.failed_at is null
-                         and d.next_attempt_at <= now()
+                      select id from ${dueOf(sql.raw('p.id'))}
                        order by d.next_attempt_at
                        limit least(${sql.placeholder('limit')}, greatest(p.slots, 0))
                          for update skip locked) as due))
