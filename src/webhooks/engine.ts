@@ -99,6 +99,13 @@ export function createDispatcher(options: DispatcherOptions) {
 
   const lanes = new Map<string, Lane>();
 
+  /**
+   * A retry this process scheduled, and its delay: its lane claims it when it falls due, counted
+   * from when its outcome was written (a claim before then would not find it due). Others find
+   * it by polling; so does this process when the outcome could not be written.
+   */
+  const retryWakes = new WeakMap<Outcome, { lane: Lane; delayMs: number }>();
+
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
   function laneOf(delivery: ClaimedDelivery): Lane {
     let lane = lanes.get(delivery.endpoint.key);
@@ -185,7 +192,7 @@ export function createDispatcher(options: DispatcherOptions) {
     const last = lane.queue.at(-1)?.pacing;
     if (last === undefined) return;
     const at = Math.max(last.startAt, last.nextAt - paceWindowMs);
-    if (at > performance.now()) wakeAt(lane, at, 0);
+    if (at > performance.now()) wakeAt(lane, at);
   }
 
   async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
@@ -288,8 +295,9 @@ export function createDispatcher(options: DispatcherOptions) {
     const base = { id: delivery.id, claim: delivery.claim, ...failure, ...logged };
     if (step.kind === 'retry') {
       logger.warn({ ...context, retryInMs: step.delayMs }, 'webhook attempt failed; will retry');
-      record({ kind: 'retry', ...base, delayMs: step.delayMs });
-      wakeAt(lane, performance.now() + step.delayMs);
+      const retry = { kind: 'retry' as const, ...base, delayMs: step.delayMs };
+      retryWakes.set(retry, { lane, delayMs: step.delayMs });
+      record(retry);
       return;
     }
     record({ kind: 'failed', ...base });
@@ -307,6 +315,11 @@ export function createDispatcher(options: DispatcherOptions) {
    * next poll.
    */
   function recorded(batch: readonly Outcome[], disabled: DisabledEndpoint[]): void {
+    for (const outcome of batch) {
+      // Written, the retry is due `delayMs` after its statement began: before now.
+      const wake = retryWakes.get(outcome);
+      if (wake) wakeAt(wake.lane, performance.now() + wake.delayMs);
+    }
     if (disabled.length > 0) disabledByReceivers(disabled);
     if (disabled.length > 0 || batch.some((outcome) => outcome.kind === 'failed')) wakeFanOut();
   }
@@ -322,8 +335,8 @@ export function createDispatcher(options: DispatcherOptions) {
     }
   }
 
-  /** Claims again when a retry this process scheduled falls due (others find it by polling). */
-  function wakeAt(lane: Lane, at: number, lateMs = timing.wakeLateMs): void {
+  /** Claims for the lane at `at` (or sooner, if already asked to). */
+  function wakeAt(lane: Lane, at: number): void {
     if (stopping || at >= lane.wakeAt) return;
     clearTimeout(lane.wakeTimer);
     lane.wakeAt = at;
@@ -332,7 +345,7 @@ export function createDispatcher(options: DispatcherOptions) {
         lane.wakeAt = Number.POSITIVE_INFINITY;
         claim(lane);
       },
-      Math.max(0, at - performance.now()) + lateMs,
+      Math.max(0, at - performance.now()),
     );
     lane.wakeTimer.unref();
   }

@@ -33,8 +33,6 @@ export interface EngineTiming {
    * costs the database about what one costs, and a claim lasts far longer than the wait.
    */
   recordIntervalMs: number;
-  /** A retry's claim is asked for this long after it falls due: its outcome is written first. */
-  wakeLateMs: number;
 }
 
 export const ENGINE_TIMING: EngineTiming = {
@@ -48,7 +46,6 @@ export const ENGINE_TIMING: EngineTiming = {
   declaredForMs: 60_000,
   declareAgainMs: 10_000,
   recordIntervalMs: 100,
-  wakeLateMs: 50,
 };
 
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */

@@ -34,7 +34,7 @@ export function webhookApps(
     track,
     async app(
       overrides: Partial<WebhookConfig> = {},
-      options: Pick<TestAppOptions, 'replicaOf'> = {},
+      options: Pick<TestAppOptions, 'replicaOf' | 'webhookTiming'> = {},
     ): Promise<TestApp> {
       return track(
         await startTestApp({

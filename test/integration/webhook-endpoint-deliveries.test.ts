@@ -386,6 +386,25 @@ describe('deliveries to endpoints', () => {
   });
 });
 
+describe('a retry', () => {
+  it('is claimed once its outcome is written, however long that takes, not at the next poll', async () => {
+    const secret = generateSecret();
+    let n = 0;
+    const hook = await receiver(secret, () => ({ status: n++ === 0 ? 503 : 200 }));
+    const t = await app({ retrySchedule: [0.05] }, { webhookTiming: { pollIntervalMs: 60_000 } });
+    // Writing the failed attempt's outcome takes 300 ms, six times the retry's delay.
+    await t.database.query(`create function slow_outcome() returns trigger language plpgsql as $$
+      begin perform pg_sleep(0.3); return new; end $$`);
+    await t.database.query(`create trigger slow_outcome before update on webhook_deliveries
+      for each row when (new.last_status is not null) execute function slow_outcome()`);
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    const [first, retry] = await hook.waitFor(2, 5000);
+    expect(first?.headers['webhook-id']).toBe(retry?.headers['webhook-id']);
+    expect(retry?.verified).toBe(true);
+  });
+});
+
 describe('endpoints through the API, end to end', () => {
   const ADMIN = 'admin-token-e2e-5d1f';
   const admin = (
