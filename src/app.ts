@@ -19,12 +19,12 @@ import { createValidatorCompiler } from './http/validation.js';
 import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
-import type { EndpointStore } from './webhooks/endpoints.js';
-import type { Dispatcher } from './webhooks/engine.js';
-import { webhooksDocument } from './webhooks/openapi.js';
-import type { Replays } from './webhooks/replays.js';
-import { endpointRoutes } from './webhooks/routes.js';
-import { endpointSchemas } from './webhooks/schemas.js';
+import type { EndpointStore } from './webhooks/api/endpoints.js';
+import { endpointRoutes } from './webhooks/api/routes.js';
+import { endpointSchemas } from './webhooks/api/schemas.js';
+import { webhooksDocument } from './webhooks/catalog/document.js';
+import type { Dispatcher } from './webhooks/delivery/engine.js';
+import type { Replays } from './webhooks/delivery/replays.js';
 
 /** The settings of the configuration that shape the HTTP app. */
 export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database'>;

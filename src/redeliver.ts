@@ -4,7 +4,7 @@ import { loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
 import { createLogger } from './logger.js';
-import { type RedeliveryFilter, redeliverFailed } from './webhooks/upkeep.js';
+import { type RedeliveryFilter, redeliverFailed } from './webhooks/delivery/upkeep.js';
 
 const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
 Sends failed webhook deliveries again (every one unless a filter is given): they become

@@ -4,7 +4,7 @@ import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
 import { createLogger } from './logger.js';
-import { rekeySecrets } from './webhooks/rekey.js';
+import { rekeySecrets } from './webhooks/security/rekey.js';
 
 const usage = `usage: npm run webhooks:rekey -- [--batch-size N]
 Seals every stored endpoint key and set of custom headers anew under the first key of

@@ -1,8 +1,9 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { Config } from './config.js';
+import type { AppDatabase } from './db/app-database.js';
 import { createAuthFailureCounts } from './db/auth-failures.js';
-import { type AppDatabase, describeDatabase, openDatabase } from './db/client.js';
+import { describeDatabase, openDatabase } from './db/client.js';
 import { failureForLog, isDatabaseUnavailable } from './db/errors.js';
 import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
@@ -12,14 +13,14 @@ import { collectWhenIdle } from './idle-collection.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import { createEndpointStore, type EndpointStore } from './webhooks/endpoints.js';
-import { createDispatcher, type Dispatcher } from './webhooks/engine.js';
-import { createWebhookMetrics } from './webhooks/metrics.js';
-import { createReplays, type Replays } from './webhooks/replays.js';
-import { sealSecret } from './webhooks/secrets.js';
-import { createOutbox } from './webhooks/statements.js';
-import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/timing.js';
-import { createUpkeep } from './webhooks/upkeep.js';
+import { createEndpointStore, type EndpointStore } from './webhooks/api/endpoints.js';
+import { createDispatcher, type Dispatcher } from './webhooks/delivery/engine.js';
+import { createWebhookMetrics } from './webhooks/delivery/metrics.js';
+import { createOutbox } from './webhooks/delivery/outbox.js';
+import { createReplays, type Replays } from './webhooks/delivery/replays.js';
+import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/delivery/timing.js';
+import { createUpkeep } from './webhooks/delivery/upkeep.js';
+import { sealSecret } from './webhooks/security/secrets.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */

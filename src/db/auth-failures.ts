@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { boolean, index, integer, pgTable, text, timestamp } from 'drizzle-orm/pg-core';
 import { createBatchQueue } from './batch-queue.js';
-import type { Database } from './client.js';
+import type { Database } from './database.js';
 import { prepareStatement } from './prepared.js';
 
 /**

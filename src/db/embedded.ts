@@ -2,7 +2,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } f
 import { join, resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle } from 'drizzle-orm/pglite';
-import type { AppDatabase } from './client.js';
+import type { AppDatabase } from './app-database.js';
 import { describeEmbedded } from './describe.js';
 import { DataDirInUseError } from './errors.js';
 import { applyMigrations } from './migrate.js';

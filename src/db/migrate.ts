@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
-import type { Database } from './client.js';
+import type { Database } from './database.js';
 import { READ_ONLY_SQL_STATE, StatementError, sqlStateOf } from './errors.js';
 import {
   type Blocker,

@@ -1,6 +1,6 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import type { AppDatabase } from './client.js';
+import type { AppDatabase } from './app-database.js';
 import { describeServer } from './describe.js';
 import { READ_ONLY_SQL_STATE, ServerReadOnlyError, sqlStateOf } from './errors.js';
 import { applyMigrations, type MigrationOptions, type MigrationSession } from './migrate.js';

@@ -2,7 +2,7 @@ import type { PGlite } from '@electric-sql/pglite';
 import { fillPlaceholders, type SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
-import type { Database } from './client.js';
+import type { Database } from './database.js';
 import { StatementError } from './errors.js';
 
 /** A statement written in SQL, prepared once; a run sends only its placeholders' values. */

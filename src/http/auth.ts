@@ -2,6 +2,7 @@ import { hash } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { SHA256_ENTRY_PREFIX } from './auth-settings.js';
 import {
   type AuthFailureStore,
   createFailureThrottle,
@@ -11,7 +12,6 @@ import {
 import { HttpError } from './errors.js';
 
 /** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
-export const SHA256_ENTRY_PREFIX = 'sha256:';
 
 const CHALLENGE = 'Bearer realm="plant-store"';
 

@@ -1,5 +1,5 @@
 import { type SQL, sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
+import type { Database } from '../db/database.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
 import { plantJson, storedPlantJson } from './serialize.js';

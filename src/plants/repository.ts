@@ -1,5 +1,5 @@
 import { type BatchHandler, type BatchQueueOptions, createBatchQueue } from '../db/batch-queue.js';
-import type { Database } from '../db/client.js';
+import type { Database } from '../db/database.js';
 import {
   classifyDatabaseError,
   isDatabaseUnavailable,

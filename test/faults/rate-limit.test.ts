@@ -3,7 +3,7 @@
 // second sees more than rateLimit + 1 attempts start. The figures are printed for
 // bench/results/rate-limit.md.
 import { describe, expect, inject, it } from 'vitest';
-import { generateSecret } from '../../src/webhooks/secrets.js';
+import { generateSecret } from '../../src/webhooks/security/secrets.js';
 import { TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
 import { createClusterDatabase, ensureClusterRunning, queryUrl } from '../helpers/cluster.js';
 import { killIfRunning, type RunningServer, startServer } from '../helpers/process.js';

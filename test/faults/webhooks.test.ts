@@ -1,5 +1,5 @@
 import { describe, expect, inject, it } from 'vitest';
-import { generateSecret } from '../../src/webhooks/secrets.js';
+import { generateSecret } from '../../src/webhooks/security/secrets.js';
 import { TOKEN_ENTRIES } from '../helpers/app.js';
 import {
   createClusterDatabase,

@@ -1,14 +1,15 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { DestinationStream } from 'pino';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
-import type { AppDatabase } from '../../src/db/client.js';
+import { loadConfig } from '../../src/config.js';
+import type { AppDatabase } from '../../src/db/app-database.js';
 import type { Metrics } from '../../src/http/metrics.js';
 import { createLogger } from '../../src/logger.js';
 import type { PlantRepository, RepositoryOptions } from '../../src/plants/repository.js';
 import { createService, type Service } from '../../src/service.js';
-import type { Dispatcher } from '../../src/webhooks/engine.js';
-import type { EngineTiming } from '../../src/webhooks/timing.js';
+import type { Dispatcher } from '../../src/webhooks/delivery/engine.js';
+import type { EngineTiming } from '../../src/webhooks/delivery/timing.js';
+import type { WebhookSettings } from '../../src/webhooks/settings.js';
 import { createScratchDatabase, type ScratchDatabase, testEngine } from './database.js';
 
 /** A token configured as itself. */
@@ -48,7 +49,7 @@ export interface TestAppOptions {
   isStopping?: () => boolean;
   /** Send the newPlant webhook, with a dispatcher running as in production. */
   /** Webhook settings over those of the environment (WEBHOOK_* in `env`). */
-  webhooks?: Partial<WebhookConfig>;
+  webhooks?: Partial<WebhookSettings>;
   /** Timings of the delivery engine over production's (see EngineTiming). */
   webhookTiming?: Partial<EngineTiming>;
   /** Where the log goes instead of `logs`, e.g. the service's own stdout destination. */

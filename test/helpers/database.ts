@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { inject } from 'vitest';
-import type { AppDatabase } from '../../src/db/client.js';
+import type { AppDatabase } from '../../src/db/app-database.js';
 import { openEmbedded } from '../../src/db/embedded.js';
 import { openPostgres } from '../../src/db/postgres.js';
 

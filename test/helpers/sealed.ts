@@ -1,5 +1,5 @@
 import { createCipheriv, createSecretKey, type KeyObject, randomBytes } from 'node:crypto';
-import type { EncryptionKey } from '../../src/webhooks/secrets.js';
+import type { EncryptionKey } from '../../src/webhooks/security/secrets.js';
 
 /** A new AES-256 key of the ring under `id`. */
 export const ringKey = (id: string): EncryptionKey => ({

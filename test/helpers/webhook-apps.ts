@@ -1,8 +1,9 @@
 // What a webhook test file opens, the same way in every file: apps with admin tokens and short
 // delivery settings, and receivers on loopback, each closed after the test that opened it.
 import { afterEach } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
-import type { EngineTiming } from '../../src/webhooks/timing.js';
+import { loadConfig } from '../../src/config.js';
+import type { EngineTiming } from '../../src/webhooks/delivery/timing.js';
+import type { WebhookSettings } from '../../src/webhooks/settings.js';
 import { startTestApp, type TestApp, type TestAppOptions } from './app.js';
 import { type Answer, type ReceivedRequest, startReceiver } from './receiver.js';
 
@@ -18,7 +19,7 @@ interface Closable {
  */
 export function webhookApps(
   adminToken: string,
-  defaults: Partial<WebhookConfig> = {},
+  defaults: Partial<WebhookSettings> = {},
   timing?: Partial<EngineTiming>,
 ) {
   const open: Closable[] = [];
@@ -33,7 +34,7 @@ export function webhookApps(
   return {
     track,
     async app(
-      overrides: Partial<WebhookConfig> = {},
+      overrides: Partial<WebhookSettings> = {},
       options: Pick<TestAppOptions, 'replicaOf' | 'webhookTiming'> = {},
     ): Promise<TestApp> {
       return track(

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AppDatabase } from '../../src/db/app-database.js';
 import { createAuthFailureCounts } from '../../src/db/auth-failures.js';
-import type { AppDatabase } from '../../src/db/client.js';
 import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.js';
 
 // The shared count of failed authentications, as two replicas use it: one of them through a

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AppDatabase } from '../../src/db/app-database.js';
 import type { BatchQueueOptions } from '../../src/db/batch-queue.js';
-import type { AppDatabase, Database } from '../../src/db/client.js';
+import type { Database } from '../../src/db/database.js';
 import { DatabaseUnavailableError, QueueFullError, RowRejectedError } from '../../src/db/errors.js';
 import { type CreatePlantResult, createPlantRepository } from '../../src/plants/repository.js';
 import type { NewPlant } from '../../src/plants/schemas.js';

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { MigrationConfig } from 'drizzle-orm/migrator';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Database } from '../../src/db/client.js';
+import type { Database } from '../../src/db/database.js';
 import { migrationsFolder, OUTSIDE_TRANSACTION_MARKER } from '../../src/db/migrate.js';
 import { createScratchDatabase, type ScratchDatabase } from '../helpers/database.js';
 

@@ -1,11 +1,11 @@
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AppDatabase } from '../../src/db/client.js';
+import type { AppDatabase } from '../../src/db/app-database.js';
 import { DatabaseUnavailableError, RowRejectedError } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
-import { sealSecret } from '../../src/webhooks/secrets.js';
-import { createOutbox } from '../../src/webhooks/statements.js';
+import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
+import { sealSecret } from '../../src/webhooks/security/secrets.js';
 import {
   createScratchDatabase,
   holdPlantsTable,

@@ -4,12 +4,12 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { endpointIdOf } from '../../src/webhooks/ids.js';
-import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
-import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/secrets.js';
-import { createOutbox } from '../../src/webhooks/statements.js';
-import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/timing.js';
-import { createUpkeep } from '../../src/webhooks/upkeep.js';
+import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
+import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
+import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/delivery/timing.js';
+import { createUpkeep } from '../../src/webhooks/delivery/upkeep.js';
+import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/security/secrets.js';
+import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import { eventually } from '../helpers/eventually.js';

@@ -1,7 +1,7 @@
 // Custom headers of an endpoint: set and read through the management API, stored sealed for
 // their row, and sent with every delivery to it, after the service's own headers.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openSecret } from '../../src/webhooks/secrets.js';
+import { openSecret } from '../../src/webhooks/security/secrets.js';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { eventually } from '../helpers/eventually.js';
 import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';

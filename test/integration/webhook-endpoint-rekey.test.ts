@@ -2,8 +2,8 @@
 // sealed anew under the first key of the ring, in batches, and the service reads them on.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { endpointIdOf } from '../../src/webhooks/ids.js';
-import { generateSecret, openSecret, sealSecret } from '../../src/webhooks/secrets.js';
+import { generateSecret, openSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
+import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 import { serverUrlOf } from '../helpers/database.js';
 import { run } from '../helpers/process.js';

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isEndpointSecret } from '../../src/webhooks/secrets.js';
+import { isEndpointSecret } from '../../src/webhooks/security/secrets.js';
 import { startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 
 const ADMIN = 'admin-token-7c21e9';

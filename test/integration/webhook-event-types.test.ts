@@ -4,11 +4,11 @@
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
-import type { WebhookConfig } from '../../src/config.js';
 import { plantJson } from '../../src/plants/serialize.js';
-import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/event-types.js';
-import { createOutcomeStatements } from '../../src/webhooks/outcomes.js';
-import { generateSecret } from '../../src/webhooks/secrets.js';
+import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/catalog/event-types.js';
+import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
+import { generateSecret } from '../../src/webhooks/security/secrets.js';
+import type { WebhookSettings } from '../../src/webhooks/settings.js';
 import { postPlant, type TestApp, TOKEN } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import { type ReceivedRequest, WEBHOOK_SECRET } from '../helpers/receiver.js';
@@ -23,7 +23,7 @@ const admin = { authorization: `Bearer ${ADMIN}` };
  */
 const apps = webhookApps(ADMIN, { retrySchedule: [0.05, 0.05] }, { pollIntervalMs: 60_000 });
 const { receiver, track } = apps;
-const app = (overrides: Partial<WebhookConfig> = {}, replicaOf?: TestApp) =>
+const app = (overrides: Partial<WebhookSettings> = {}, replicaOf?: TestApp) =>
   apps.app(overrides, replicaOf && { replicaOf });
 
 const json = (payload: unknown) => ({

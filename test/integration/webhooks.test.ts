@@ -1,12 +1,13 @@
 import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig, type WebhookConfig } from '../../src/config.js';
+import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
-import { createDispatcher } from '../../src/webhooks/engine.js';
-import { openSecret, sealSecret } from '../../src/webhooks/secrets.js';
-import { createOutbox } from '../../src/webhooks/statements.js';
-import { redeliverFailed } from '../../src/webhooks/upkeep.js';
+import { createDispatcher } from '../../src/webhooks/delivery/engine.js';
+import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
+import { redeliverFailed } from '../../src/webhooks/delivery/upkeep.js';
+import { openSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
+import type { WebhookSettings } from '../../src/webhooks/settings.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import { eventually } from '../helpers/eventually.js';
@@ -26,7 +27,7 @@ afterEach(async () => {
 });
 
 /** Short delays, so retries happen within a test. */
-function webhookConfig(urls: string[], overrides: Partial<WebhookConfig> = {}): WebhookConfig {
+function webhookConfig(urls: string[], overrides: Partial<WebhookSettings> = {}): WebhookSettings {
   return {
     ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
     urls,
@@ -44,7 +45,7 @@ async function receiver(answer?: (request: ReceivedRequest, n: number) => Answer
   return started;
 }
 
-async function appSendingTo(urls: string[], overrides: Partial<WebhookConfig> = {}) {
+async function appSendingTo(urls: string[], overrides: Partial<WebhookSettings> = {}) {
   const t = await startTestApp({ webhooks: webhookConfig(urls, overrides) });
   open.push(t);
   return t;

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/ids.js';
 import {
   generateSecret,
   isEndpointSecret,
@@ -8,7 +7,8 @@ import {
   type SealedField,
   SecretUnavailableError,
   sealSecret,
-} from '../../src/webhooks/secrets.js';
+} from '../../src/webhooks/security/secrets.js';
+import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/tables/ids.js';
 import { ringKey, unnamedSeal } from '../helpers/sealed.js';
 
 const [k1, k2] = [ringKey('k1'), ringKey('k2')];

@@ -14,29 +14,19 @@ function filesUnder(folder: string): string[] {
 const sources = filesUnder(src);
 const text = new Map(sources.map((file) => [file, readFileSync(file, 'utf8')]));
 
-// `import ... from './x.js'`, `export ... from './x.js'` and `import('./x.js')`, but not
-// `import type` or an import whose every name is a type: those leave nothing at run time.
-const staticImport = /^(import|export)\s+(type\s+)?([^;]*?)\s+from\s+'([^']+)'/gm;
+// Every relative import, `import type` included: a circle through types is still two files that
+// must change together.
+const staticImport = /^(?:import|export)\s[^;]*?\sfrom\s+'(\.[^']+)'/gm;
 const dynamicImport = /import\('(\.[^']+)'\)/g;
 
-function valueImportsOf(file: string): string[] {
-  const imported: string[] = [];
+function importsOf(file: string): string[] {
   const source = text.get(file) ?? '';
-  for (const [, , typeOnly, names = '', target = ''] of source.matchAll(staticImport)) {
-    if (typeOnly || !target.startsWith('.')) continue;
-    const list = names.match(/^\{([\s\S]*)\}$/)?.[1];
-    const allTypes = list
-      ?.split(',')
-      .map((name) => name.trim())
-      .filter(Boolean)
-      .every((name) => name.startsWith('type '));
-    if (!allTypes) imported.push(target);
-  }
-  for (const [, target = ''] of source.matchAll(dynamicImport)) imported.push(target);
-  return imported.map((target) => resolve(dirname(file), target.replace(/\.js$/, '.ts')));
+  return [...source.matchAll(staticImport), ...source.matchAll(dynamicImport)].map(
+    ([, target = '']) => resolve(dirname(file), target.replace(/\.js$/, '.ts')),
+  );
 }
 
-const graph = new Map(sources.map((file) => [file, valueImportsOf(file)]));
+const graph = new Map(sources.map((file) => [file, importsOf(file)]));
 const name = (file: string) => relative(src, file);
 /** The folder of src/ a file lives in; '' for the files at its top. */
 const folderOf = (file: string): string => {
@@ -129,6 +119,82 @@ describe('the shape of src/', () => {
       ...filesUnder(join(root, 'bench')),
     ].filter((file) => wiring.test(text.get(file) ?? readFileSync(file, 'utf8')));
     expect(elsewhere.map((file) => relative(root, file))).toEqual([]);
+  });
+});
+
+/**
+ * The rooms of src/webhooks/, each a folder of files that do one job: which rooms each may import
+ * (types included), and the lines it holds at most, sized by what it does. What all rooms share
+ * is `tables/`; the files at the top of webhooks/ compose the rooms, and no room imports them.
+ */
+const webhookRooms: Record<string, { imports: string[]; lines: number }> = {
+  // The tables, their ids and triggers, and the order of locks every statement keeps.
+  tables: { imports: [], lines: 350 },
+  // Event types: names, payload schemas, bodies, the document's `webhooks` section.
+  catalog: { imports: ['tables'], lines: 450 },
+  // The key ring and its rekey, signatures, custom headers, the destination guard.
+  security: { imports: ['tables'], lines: 800 },
+  // The one engine: events, fan-out, claim, attempt, outcome, attempt log; its timing.
+  delivery: { imports: ['tables', 'catalog', 'security'], lines: 2600 },
+  // The management API: routes, their schemas, examples and statements.
+  api: { imports: ['tables', 'catalog', 'security', 'delivery'], lines: 2200 },
+};
+const webhooks = join(src, 'webhooks');
+/** The room of src/webhooks/ a file lives in; '' for the files at its top, undefined outside. */
+const roomOf = (file: string): string | undefined => {
+  const path = relative(webhooks, file);
+  if (path.startsWith('..')) return undefined;
+  const [first = '', ...rest] = path.split('/');
+  return rest.length > 0 ? first : '';
+};
+
+describe('the rooms of src/webhooks/', () => {
+  const files = sources.filter((file) => roomOf(file) !== undefined);
+
+  it('has only the rooms the rule names', () => {
+    const rooms = new Set(files.map(roomOf).filter((room) => room !== ''));
+    expect([...rooms].sort()).toEqual(Object.keys(webhookRooms).sort());
+  });
+
+  it('lets each room import only the rooms its rule names, and none the files above it', () => {
+    const offending: string[] = [];
+    for (const file of files) {
+      const from = roomOf(file);
+      if (from === '' || from === undefined) continue;
+      for (const target of graph.get(file) ?? []) {
+        const to = roomOf(target);
+        if (to === undefined || to === from || webhookRooms[from]?.imports.includes(to)) continue;
+        offending.push(`${name(file)} -> ${name(target)}`);
+      }
+    }
+    expect(offending).toEqual([]);
+  });
+
+  it('keeps each room within the lines its rule gives it', () => {
+    const over = Object.entries(webhookRooms).flatMap(([room, { lines }]) => {
+      const held = files
+        .filter((file) => roomOf(file) === room)
+        .reduce((sum, file) => sum + (text.get(file) ?? '').split('\n').length, 0);
+      return held > lines ? [`${room}: ${held} lines, ${lines} at most`] : [];
+    });
+    expect(over).toEqual([]);
+  });
+});
+
+describe('the command-line tools', () => {
+  // A package that is an HTTP plugin or the HTTP framework itself, imported for its values.
+  const httpPackage = /^import\s+(?!type\s)[^;]*?\sfrom\s+'(fastify|@fastify\/[^']+)'/m;
+
+  it.each(['migrate.ts', 'redeliver.ts', 'rekey.ts'])('%s loads no HTTP plugin', (tool) => {
+    const reached = new Set<string>();
+    const visit = (file: string) => {
+      if (reached.has(file)) return;
+      reached.add(file);
+      for (const target of graph.get(file) ?? []) visit(target);
+    };
+    visit(join(src, tool));
+    const loading = [...reached].filter((file) => httpPackage.test(text.get(file) ?? ''));
+    expect(loading.map(name)).toEqual([]);
   });
 });
 

@@ -1,9 +1,12 @@
 import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
-import type { WebhookConfig } from '../config.js';
-import type { Database } from '../db/client.js';
-import { type EventTypeName, exampleBody } from './event-types.js';
+import type { Database } from '../../db/database.js';
+import { type EventTypeName, exampleBody } from '../catalog/event-types.js';
+import type { SecuritySettings } from '../security/settings.js';
+import { webhookId } from '../security/signature.js';
+import { attemptTrigger } from '../tables/triggers.js';
 import type { WebhookMetrics } from './metrics.js';
+import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
 import {
   createOutcomeStatements,
   type DisabledEndpoint,
@@ -15,10 +18,8 @@ import {
 import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';
 import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
-import { webhookId } from './signature.js';
-import { type ClaimedDelivery, createOutbox, type Outbox } from './statements.js';
+import type { DeliverySettings } from './settings.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor, paceWindowMsFor } from './timing.js';
-import { attemptTrigger } from './triggers.js';
 import { createUpkeep, type Upkeep } from './upkeep.js';
 
 /** Events one fan-out takes at most; when it takes that many, another follows at once. */
@@ -52,7 +53,7 @@ export interface TestOutcome {
 
 export interface DispatcherOptions {
   db: Database;
-  config: WebhookConfig;
+  config: DeliverySettings & SecuritySettings;
   logger: FastifyBaseLogger;
   metrics?: WebhookMetrics;
   /** The statements; made from `db` unless given. */

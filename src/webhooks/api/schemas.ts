@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { Checked, Text, type TextOptions, textProblem } from '../kinds.js';
+import { Checked, Text, type TextOptions, textProblem } from '../../kinds.js';
+import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from '../catalog/event-types.js';
 import {
   CUSTOM_HEADERS_MAX,
   CUSTOM_HEADERS_MAX_LENGTH,
@@ -8,10 +9,9 @@ import {
   HEADER_NAME_MAX_LENGTH,
   HEADER_VALUE_MAX_LENGTH,
   RESERVED_HEADERS,
-} from './custom-headers.js';
-import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from './event-types.js';
-import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from './secrets.js';
-import { ATTEMPT_TRIGGERS } from './triggers.js';
+} from '../security/custom-headers.js';
+import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from '../security/secrets.js';
+import { ATTEMPT_TRIGGERS } from '../tables/triggers.js';
 
 export const URL_MAX_LENGTH = 2048;
 export const DESCRIPTION_MAX_LENGTH = 1024;

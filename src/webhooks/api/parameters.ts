@@ -1,9 +1,9 @@
 import type { FastifyRequest } from 'fastify';
-import { HttpError } from '../http/errors.js';
-import { parseLimit, queryStringOf, readQueryParameters } from '../http/query.js';
-import { INT64_MAX } from '../kinds.js';
+import { HttpError } from '../../http/errors.js';
+import { parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
+import { INT64_MAX } from '../../kinds.js';
+import { attemptKeyOf, endpointKeyOf } from '../tables/ids.js';
 import { UNKNOWN_EVENT_MESSAGE } from './examples.js';
-import { attemptKeyOf, endpointKeyOf } from './ids.js';
 import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { errorResponse } from '../http/errors.js';
-import type { Example, OperationExamples } from '../http/openapi.js';
-import { EVENT_TYPES_JSON } from './event-types.js';
+import { errorResponse } from '../../http/errors.js';
+import type { Example, OperationExamples } from '../../http/openapi.js';
+import { EVENT_TYPES_JSON } from '../catalog/event-types.js';
 
 // Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
 // (test/integration/openapi.test.ts checks), in the words the service answers with.

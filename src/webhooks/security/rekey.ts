@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
-import { endpointIdOf } from './ids.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { endpointIdOf } from '../tables/ids.js';
 import {
   type KeyRing,
   openSecret,

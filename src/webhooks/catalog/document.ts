@@ -1,4 +1,4 @@
-import { plantExamples } from '../plants/schemas.js';
+import { plantExamples } from '../../plants/schemas.js';
 import { EVENT_TYPES, type EventType, type EventTypeName } from './event-types.js';
 
 const header = (name: string, description: string, schema: object) => ({

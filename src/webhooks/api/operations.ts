@@ -1,8 +1,8 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifySchema } from 'fastify';
-import { errorResponse } from '../http/errors.js';
-import type { Example } from '../http/openapi.js';
-import { refTo } from '../http/validation.js';
+import { errorResponse } from '../../http/errors.js';
+import type { Example } from '../../http/openapi.js';
+import { refTo } from '../../http/validation.js';
 import {
   commonErrorExamples,
   commonErrors,

@@ -1,11 +1,18 @@
 import { type SQL, sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
-import { INT64_MAX } from '../kinds.js';
-import { type CustomHeaders, openHeaders, sealHeaders } from './custom-headers.js';
-import { endpointDisabledEvents } from './event-bodies.js';
-import { generateSecret, type KeyRing, openSecret, sealSecret } from './secrets.js';
-import type { AttemptTrigger } from './triggers.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { INT64_MAX } from '../../kinds.js';
+import { endpointDisabledEvents } from '../catalog/event-bodies.js';
+import { type CustomHeaders, openHeaders, sealHeaders } from '../security/custom-headers.js';
+import { generateSecret, type KeyRing, openSecret, sealSecret } from '../security/secrets.js';
+import { givenUp } from '../tables/given-up.js';
+import {
+  NEXT_ENDPOINT,
+  NEXT_EVENT,
+  SUBSCRIPTION_LOCKED,
+  subscriptionLockedIf,
+} from '../tables/locks.js';
+import type { AttemptTrigger } from '../tables/triggers.js';
 
 /** An endpoint as stored, its secret left out: every read of a row goes through this shape. */
 export interface EndpointRow {
@@ -69,61 +76,6 @@ const endpoints = sql.raw('webhook_endpoints');
 /** The reason an endpointDisabled event gives when a client disabled the endpoint. */
 export const API_DISABLED_REASON = 'disabled through the API';
 
-/**
- * Held shared by every statement while it records events (see record_events), exclusively by
- * the changes that make an endpoint receive. The order of locks, for every statement that takes
- * more than one of these: an endpoint's row, then the subscription lock, then delivery rows;
- * taken in that order, no two statements deadlock.
- */
-const SUBSCRIPTION_LOCK_KEY = 7308604714553418611n;
-/** A one-row FROM item that takes the subscription lock, for the rest of the transaction. */
-export const SUBSCRIPTION_LOCKED = sql.raw(
-  `(select pg_advisory_xact_lock(${SUBSCRIPTION_LOCK_KEY})) as subscription_locked`,
-);
-/**
- * A one-row FROM item that takes the subscription lock when the query `rows` returns any: a
- * configured endpoint that lapsed comes back as a new endpoint is made.
- */
-export const subscriptionLockedIf = (rows: SQL) =>
-  sql`(select count(*) from (select pg_advisory_xact_lock(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
-                               from (${rows}) as rows limit 1) as locks) as subscription_locked`;
-/**
- * A one-row FROM item that takes the subscription lock shared, as record_events does, when
- * `condition` holds: a statement that records events after it locks delivery rows takes it
- * before them (see the order of locks above).
- */
-export const subscriptionSharedIf = (condition: SQL) =>
-  sql`(select count(*) from (select pg_advisory_xact_lock_shared(${sql.raw(`${SUBSCRIPTION_LOCK_KEY}`)})
-                              where ${condition}) as locks) as subscription_shared`;
-/** Above every event recorded before the lock, below every one after it. */
-export const NEXT_EVENT = sql.raw(`nextval(pg_get_serial_sequence('webhook_events', 'id'))`);
-/** A new endpoint's row key, drawn before its insert: its secret is sealed for it. */
-export const NEXT_ENDPOINT = sql.raw(`nextval(pg_get_serial_sequence('webhook_endpoints', 'id'))`);
-
-/**
- * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body, event_type) that
- * an endpoint being disabled misses as an entry of its attempt log, with the body a resend
- * sends, so an admin sees what recover will send. The plant's id as plantIdOf reads it.
- */
-export const missedLog = (deliveries: string) =>
-  sql.raw(`missed_log_${deliveries} as (
-          insert into webhook_attempts (endpoint_id, event_id, plant_id, event_type, body, succeeded,
-                                        error, duration_ms)
-          select endpoint_id, event_id,
-                 coalesce(substring(body from '^\\{"id":(-?\\d{1,19})[,}]'),
-                          substring(body from '^\\{"type":"plantDeleted","timestamp":"[^"]*","data":\\{"id":(-?\\d{1,19})[,}]'))::int8,
-                 event_type, body, false, 'endpoint disabled', 0
-            from ${deliveries}
-        )`);
-/** CTEs that give up the pending deliveries of the endpoints `disabled` selects, and log them. */
-export const givenUp = (disabled: string) =>
-  sql`given_up as (
-          update webhook_deliveries
-             set failed_at = now(), last_error = 'endpoint disabled'
-           where endpoint_id in (${sql.raw(disabled)}) and failed_at is null
-          returning endpoint_id, event_id, body, event_type
-        ),
-        ${missedLog('given_up')}`;
 const endpointKey = sql`${placeholder('id')}::bigint`;
 
 /**

@@ -2,11 +2,12 @@
 // given back; its entry in the attempt log; its endpoint's health; and the operational events
 // (endpointDisabled, deliveryExhausted) that these decide, in the same statements.
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
-import { givenUp, subscriptionSharedIf } from './endpoints.js';
-import { deliveryExhaustedEvents, endpointDisabledEvents } from './event-bodies.js';
-import type { AttemptTrigger } from './triggers.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { deliveryExhaustedEvents, endpointDisabledEvents } from '../catalog/event-bodies.js';
+import { givenUp } from '../tables/given-up.js';
+import { subscriptionSharedIf } from '../tables/locks.js';
+import type { AttemptTrigger } from '../tables/triggers.js';
 
 /** What the attempt log keeps of an attempt to an endpoint. */
 export interface AttemptRecord {

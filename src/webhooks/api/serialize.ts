@@ -1,7 +1,7 @@
+import { webhookId } from '../security/signature.js';
+import { attemptIdOf, endpointIdOf } from '../tables/ids.js';
 import type { AttemptRow, EndpointRow } from './endpoints.js';
-import { attemptIdOf, endpointIdOf } from './ids.js';
 import type { Endpoint } from './schemas.js';
-import { webhookId } from './signature.js';
 
 /** An endpoint as the API shows it: its public id, `disabledReason` and `configured` only when they are. */
 export function endpointOf(row: EndpointRow): Endpoint {

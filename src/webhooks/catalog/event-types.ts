@@ -1,5 +1,5 @@
 import { type TSchema, Type } from '@sinclair/typebox';
-import { NAME_MAX_LENGTH, TAG_MAX_LENGTH } from '../plants/schemas.js';
+import { NAME_MAX_LENGTH, TAG_MAX_LENGTH } from '../../plants/schemas.js';
 
 /** The names of the event types an endpoint may receive, in the catalog's order. */
 export const EVENT_TYPE_NAMES = [

@@ -1,14 +1,17 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import { type AuthLimits, requireBearerToken } from '../http/auth.js';
-import { answerWithin } from '../http/deadline.js';
-import { HttpError } from '../http/errors.js';
-import { registerJsonBodyParser } from '../http/json.js';
-import { refuseOtherMethods } from '../http/methods.js';
-import { INT64_MAX } from '../kinds.js';
+import { type AuthLimits, requireBearerToken } from '../../http/auth.js';
+import { answerWithin } from '../../http/deadline.js';
+import { HttpError } from '../../http/errors.js';
+import { registerJsonBodyParser } from '../../http/json.js';
+import { refuseOtherMethods } from '../../http/methods.js';
+import { INT64_MAX } from '../../kinds.js';
+import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from '../catalog/event-types.js';
+import type { Dispatcher } from '../delivery/engine.js';
+import type { Replays } from '../delivery/replays.js';
+import { SecretUnavailableError } from '../security/secrets.js';
+import { attemptIdOf, attemptKeyOf, endpointIdOf } from '../tables/ids.js';
 import type { EndpointStore } from './endpoints.js';
-import type { Dispatcher } from './engine.js';
-import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from './event-types.js';
 import {
   CONFIGURED_MESSAGE,
   DISABLED_MESSAGE,
@@ -16,7 +19,6 @@ import {
   HEADERS_UNAVAILABLE_MESSAGE,
   SECRET_UNAVAILABLE_MESSAGE,
 } from './examples.js';
-import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
 import {
   bodyOrEmpty,
@@ -30,9 +32,7 @@ import {
   readEventId,
   unknownEvent,
 } from './parameters.js';
-import type { Replays } from './replays.js';
 import { PAGE_LIMIT_DEFAULT } from './schemas.js';
-import { SecretUnavailableError } from './secrets.js';
 import { attemptsJson, endpointOf } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';

@@ -1,10 +1,19 @@
-import { createSecretKey, type KeyObject } from 'node:crypto';
-import type { Environment } from './config.js';
-import { ConfigError } from './config-error.js';
-import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from './webhooks/event-types.js';
-import type { EncryptionKey, KeyRing } from './webhooks/secrets.js';
+import { type Static, Type } from '@sinclair/typebox';
+import { ConfigError } from '../../config-error.js';
+import { integer } from '../../environment.js';
+import { EVENT_TYPE_NAMES, type EventTypeName, isEventTypeName } from '../catalog/event-types.js';
 
-// The webhook settings (WEBHOOK_*), read from the environment that config.ts checked.
+/** The delivery engine's variables, with their defaults. */
+export const DeliveryEnvironment = Type.Object({
+  WEBHOOK_URLS: Type.Optional(Type.String()),
+  WEBHOOK_SECRET: Type.Optional(Type.String()),
+  WEBHOOK_TIMEOUT_MS: integer(100, 300_000, 15_000),
+  WEBHOOK_RETRY_SCHEDULE: Type.String({ default: '5,300,1800,7200,18000,36000,36000' }),
+  WEBHOOK_CONCURRENCY: integer(1, 10_000, 64),
+  WEBHOOK_DISABLE_AFTER_S: integer(60, 31_536_000, 432_000),
+  WEBHOOK_LOG_RETENTION_S: integer(60, 31_536_000, 604_800),
+  WEBHOOK_EVENTS: Type.String({ default: 'newPlant' }),
+});
 
 function parseWebhookUrls(value: string): string[] {
   const urls: string[] = [];
@@ -56,46 +65,6 @@ function parseRetrySchedule(value: string): number[] {
   return steps.map(Number);
 }
 
-/** A 32-byte key from its base64, or undefined when it is not one. */
-function keyOf(encoded: string): KeyObject | undefined {
-  const bytes = Buffer.from(encoded, 'base64');
-  const valid = /^[A-Za-z0-9+/]+={0,2}$/.test(encoded) && bytes.length === 32;
-  return valid ? createSecretKey(bytes) : undefined;
-}
-
-/** The key ring: `kid:base64` entries, or WEBHOOK_ENCRYPTION_KEY alone as the key `default`. */
-function parseEncryptionKeys(list: string | undefined, single: string | undefined): KeyRing {
-  if (list !== undefined && single !== undefined) {
-    throw new ConfigError(
-      'WEBHOOK_ENCRYPTION_KEYS and WEBHOOK_ENCRYPTION_KEY are both set: list every key in WEBHOOK_ENCRYPTION_KEYS (the one WEBHOOK_ENCRYPTION_KEY held as default:...)',
-    );
-  }
-  if (single !== undefined) {
-    const key = keyOf(single);
-    if (key) return [{ id: 'default', key }];
-    throw new ConfigError('WEBHOOK_ENCRYPTION_KEY must be the base64 encoding of 32 bytes');
-  }
-  const ring: EncryptionKey[] = [];
-  const fail = (problem: string) => new ConfigError(`WEBHOOK_ENCRYPTION_KEYS ${problem}`);
-  for (const [index, entry] of (list ?? '').split(',').entries()) {
-    if (entry.trim() === '') continue;
-    const [, id = '', encoded = ''] = /^\s*([A-Za-z0-9._-]{1,64}):(.*?)\s*$/.exec(entry) ?? [];
-    const key = keyOf(encoded);
-    if (id === '') {
-      throw fail(
-        `entry ${index + 1} must be kid:base64-of-32-bytes, the kid 1 to 64 of A-Z a-z 0-9 . _ -`,
-      );
-    }
-    if (!key) throw fail(`has a key "${id}" that is not the base64 encoding of 32 bytes`);
-    if (ring.some((known) => known.id === id)) throw fail(`names the key id "${id}" twice`);
-    ring.push({ id, key });
-  }
-  if (list !== undefined && ring.length === 0) {
-    throw new ConfigError('WEBHOOK_ENCRYPTION_KEYS must list at least one kid:base64-of-32-bytes');
-  }
-  return ring;
-}
-
 const eventsProblem = 'WEBHOOK_EVENTS must be a comma-separated list of event types';
 
 /** The event types the WEBHOOK_URLS endpoints receive. */
@@ -117,8 +86,8 @@ function parseWebhookEvents(value: string): EventTypeName[] {
   return events;
 }
 
-/** The settings of the webhooks: the delivery engine's, and the management API's. */
-export function readWebhooks(environment: Environment) {
+/** What the engine sends, to whom, how long it waits and how often it tries again. */
+export function readDeliverySettings(environment: Static<typeof DeliveryEnvironment>) {
   const secret =
     environment.WEBHOOK_SECRET === undefined
       ? undefined
@@ -139,18 +108,11 @@ export function readWebhooks(environment: Environment) {
     timeoutMs: environment.WEBHOOK_TIMEOUT_MS,
     retrySchedule: parseRetrySchedule(environment.WEBHOOK_RETRY_SCHEDULE),
     concurrency: environment.WEBHOOK_CONCURRENCY,
-    /** Endpoint secrets are sealed under the first of these AES-256-GCM keys; every one opens. */
-    encryptionKeys: parseEncryptionKeys(
-      environment.WEBHOOK_ENCRYPTION_KEYS,
-      environment.WEBHOOK_ENCRYPTION_KEY,
-    ),
-    /** Let endpoints reach loopback, private and link-local addresses (development, tests). */
-    allowPrivateNetworks: environment.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
-    /** How long the key before a rotation still signs, in seconds. */
-    rotationGraceS: environment.WEBHOOK_ROTATION_GRACE_S,
     /** An endpoint whose attempts all failed for this long is disabled, in seconds. */
     disableAfterS: environment.WEBHOOK_DISABLE_AFTER_S,
     /** How long attempts and failed deliveries are kept, in seconds. */
     logRetentionS: environment.WEBHOOK_LOG_RETENTION_S,
   };
 }
+
+export type DeliverySettings = ReturnType<typeof readDeliverySettings>;

@@ -1,17 +1,17 @@
 import { type SQL, sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { DEFAULT_EVENT_TYPES } from '../catalog/event-types.js';
+import { missedLog } from '../tables/given-up.js';
 import {
-  missedLog,
   NEXT_ENDPOINT,
   NEXT_EVENT,
   SUBSCRIPTION_LOCKED,
   subscriptionLockedIf,
-} from './endpoints.js';
-import { DEFAULT_EVENT_TYPES } from './event-types.js';
+} from '../tables/locks.js';
+import type { DeliveryTrigger } from '../tables/triggers.js';
 import { createClockReading, type PacedColumns, type Pacing, pacingOf } from './pacing.js';
 import { ENGINE_TIMING, paceWindowMsFor } from './timing.js';
-import type { DeliveryTrigger } from './triggers.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
 export type EndpointTarget = ClaimedDelivery['endpoint'];

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
-import { type DeliveryRow, deliveryOf, endpointColumns } from './statements.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { type DeliveryRow, deliveryOf, endpointColumns } from './outbox.js';
 
 // The deliveries an admin asks for, beside those the fan-out makes: a resend of one event to one
 // endpoint, and a test of an endpoint. Both are rows of webhook_deliveries, attempted, signed and

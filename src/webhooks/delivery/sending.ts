@@ -19,11 +19,11 @@ import {
   ATTR_URL_FULL,
 } from '@opentelemetry/semantic-conventions';
 import { type Dispatcher, Pool } from 'undici';
-import { openHeaders } from './custom-headers.js';
-import { connectOptions, forbiddenHost } from './destination.js';
-import { type KeyRing, openSecret } from './secrets.js';
-import { signatures, signingKey, webhookId } from './signature.js';
-import type { ClaimedDelivery, EndpointTarget } from './statements.js';
+import { openHeaders } from '../security/custom-headers.js';
+import { connectOptions, forbiddenHost } from '../security/destination.js';
+import { type KeyRing, openSecret } from '../security/secrets.js';
+import { signatures, signingKey, webhookId } from '../security/signature.js';
+import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
 
 /** How one attempt ended. Only a 2xx answered within the time limit is a delivery. */
 export type AttemptResult =

@@ -1,9 +1,9 @@
 // The outbox's upkeep: the gauges of its backlog, the retention's sweep, and the operator's
 // redelivery of failed deliveries.
 import { sql } from 'drizzle-orm';
-import type { Database } from '../db/client.js';
-import { prepareStatement } from '../db/prepared.js';
-import { receiving } from './statements.js';
+import type { Database } from '../../db/database.js';
+import { prepareStatement } from '../../db/prepared.js';
+import { receiving } from './outbox.js';
 
 export type OutboxStats = Awaited<ReturnType<Upkeep['stats']>>;
 
