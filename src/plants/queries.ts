@@ -1,6 +1,7 @@
 import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
+import { rfc3339 } from '../db/rfc3339.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
 import { plantJson, storedPlantJson } from './serialize.js';
 import { plants } from './table.js';
@@ -339,7 +340,7 @@ function eventStatements(db: Database, textAsBytes: boolean) {
         recorded as (
           select record_events('plantDeleted', array(
                    select '{"type":"plantDeleted","timestamp":"'
-                          || to_char(now() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                          || ${rfc3339(sql`now()`)}
                           || '","data":{"id":' || deleted.id::text
                           || ',"name":' || to_json(deleted.name)::text
                           || coalesce(',"tag":' || to_json(deleted.tag)::text, '') || '}}'

@@ -1,9 +1,17 @@
 // Keyset pages of the management API hold across the digit boundaries of their row keys
 // (9 -> 10 -> 100 in decimal, 0xf -> 0x10 in the ids): a walk with any small limit lists
 // exactly what one full page lists, in order.
+import { sql } from 'drizzle-orm';
+import { PgDialect } from 'drizzle-orm/pg-core';
 import fc from 'fast-check';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  endpointIdOf,
+  endpointIdSql,
+  webhookId,
+  webhookIdSql,
+} from '../../src/webhooks/tables/ids.js';
 import { startTestApp, type TestApp } from '../helpers/app.js';
 
 const ADMIN = 'admin-token-5e02b7';
@@ -130,6 +138,26 @@ describe('pages across the digit boundaries of their keys', () => {
         },
       ),
       { numRuns: 12 },
+    );
+  });
+});
+
+describe('ids written in SQL', () => {
+  it('are the ids the service writes in TypeScript, for any row key and event', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.bigInt({ min: 1n, max: 2n ** 63n - 1n }),
+        fc.uuid(),
+        async (key, uuid) => {
+          const query = new PgDialect().sqlToQuery(
+            sql`select ${endpointIdSql(sql`${key.toString()}::int8`)} as endpoint,
+                     ${webhookIdSql(sql`${uuid}::uuid`)} as event`,
+          );
+          const [row] = await t.database.query(query.sql, query.params);
+          expect(row).toStrictEqual({ endpoint: endpointIdOf(key), event: webhookId(uuid) });
+        },
+      ),
+      { numRuns: 50 },
     );
   });
 });

@@ -2,13 +2,14 @@ import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { exampleBody } from '../../src/webhooks/catalog/event-types.js';
-import { plantIdOf } from '../../src/webhooks/delivery/outcomes.js';
+import { plantIdOf } from '../../src/webhooks/catalog/plant-id.js';
 import {
   nextStep,
   RETRY_AFTER_MAX_MS,
   retryAfterMs,
 } from '../../src/webhooks/delivery/schedule.js';
-import { signature, signingKey, webhookId } from '../../src/webhooks/security/signature.js';
+import { signature, signingKey } from '../../src/webhooks/security/signature.js';
+import { webhookId } from '../../src/webhooks/tables/ids.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const base = { API_TOKENS: 'token', WEBHOOK_SECRET: SECRET };

@@ -1,11 +1,12 @@
 import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../../db/database.js';
 import { prepareStatement } from '../../db/prepared.js';
+import { rfc3339 } from '../../db/rfc3339.js';
 import { INT64_MAX } from '../../kinds.js';
 import { endpointDisabledEvents } from '../catalog/event-bodies.js';
+import { givenUp } from '../delivery/given-up.js';
 import { type CustomHeaders, openHeaders, sealHeaders } from '../security/custom-headers.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from '../security/secrets.js';
-import { givenUp } from '../tables/given-up.js';
 import {
   NEXT_ENDPOINT,
   NEXT_EVENT,
@@ -60,10 +61,6 @@ interface NewEndpoint {
 export type EndpointStore = ReturnType<typeof createEndpointStore>;
 
 const placeholder = (name: string) => sql.placeholder(name);
-
-/** RFC 3339 in UTC with milliseconds, as text. */
-const rfc3339 = (column: SQL) =>
-  sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
 const endpointColumns = (table: SQL) => sql`${table}.id::text as id, ${table}.url,
   ${table}.description, ${table}.disabled, ${table}.disabled_reason as "disabledReason",

@@ -11,6 +11,13 @@ import {
   RESERVED_HEADERS,
 } from '../security/custom-headers.js';
 import { isEndpointSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES } from '../security/secrets.js';
+import {
+  ANY_EVENT_ID_PATTERN,
+  ATTEMPT_ID_PATTERN,
+  ENDPOINT_ID_PATTERN,
+  EVENT_ID_PATTERN,
+  TEST_EVENT_ID_PATTERN,
+} from '../tables/ids.js';
 import { ATTEMPT_TRIGGERS } from '../tables/triggers.js';
 
 export const URL_MAX_LENGTH = 2048;
@@ -127,7 +134,6 @@ const RateLimit = (text: string) =>
     description: text,
   });
 
-const ENDPOINT_ID_PATTERN = '^ep_[0-9a-f]{16}$';
 const dateTime = (text: string) => Type.String({ format: 'date-time', description: text });
 
 export const EndpointSchema = Type.Object(
@@ -310,9 +316,9 @@ const attemptOutcome = {
 
 export const AttemptSchema = Type.Object(
   {
-    id: Type.String({ pattern: '^att_[0-9a-f]{16}$', description: 'Chosen by the service' }),
+    id: Type.String({ pattern: ATTEMPT_ID_PATTERN, description: 'Chosen by the service' }),
     eventId: Type.String({
-      pattern: '^msg_(test_)?[0-9a-f]{32}$',
+      pattern: ANY_EVENT_ID_PATTERN,
       description:
         'The event: its `webhook-id`, the same on every attempt (`msg_test_...` for a test)',
     }),
@@ -339,7 +345,6 @@ export const EndpointIdParamsSchema = Type.Object({
 });
 
 /** An event's `webhook-id`, as the attempt log shows it (a test's cannot be resent). */
-export const EVENT_ID_PATTERN = '^msg_[0-9a-f]{32}$';
 
 // A path that names no event is 404 (see readEventId), as one that names no endpoint.
 export const ResendParamsSchema = Type.Object({
@@ -369,7 +374,7 @@ export const EndpointTestSchema = Type.Object(
 export const TestOutcomeSchema = Type.Object(
   {
     eventId: Type.String({
-      pattern: '^msg_test_[0-9a-f]{32}$',
+      pattern: TEST_EVENT_ID_PATTERN,
       description: 'The `webhook-id` the test was sent with: `msg_test_` and 32 hex digits',
     }),
     ...attemptOutcome,
@@ -406,7 +411,7 @@ export const AttemptPageQuerySchema = Type.Object({
   limit: pageLimit('attempts'),
   after: Type.Optional(
     Type.String({
-      pattern: '^att_[0-9a-f]{16}$',
+      pattern: ATTEMPT_ID_PATTERN,
       description: 'Return only attempts older than this one (keyset paging, newest first)',
     }),
   ),

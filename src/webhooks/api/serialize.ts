@@ -1,5 +1,4 @@
-import { webhookId } from '../security/signature.js';
-import { attemptIdOf, endpointIdOf } from '../tables/ids.js';
+import { attemptIdOf, endpointIdOf, webhookId } from '../tables/ids.js';
 import type { AttemptRow, EndpointRow } from './endpoints.js';
 import type { Endpoint } from './schemas.js';
 

@@ -1,4 +1,5 @@
 import { plantExamples } from '../../plants/schemas.js';
+import { ANY_EVENT_ID_PATTERN } from '../tables/ids.js';
 import { EVENT_TYPES, type EventType, type EventTypeName } from './event-types.js';
 
 const header = (name: string, description: string, schema: object) => ({
@@ -14,7 +15,7 @@ const signedHeaders = [
   header('webhook-id', 'The event: the same on every attempt of it', {
     type: 'string',
     // A test of an endpoint (POST .../test) sends msg_test_ ids.
-    pattern: '^msg_(test_)?[0-9a-f]{32}$',
+    pattern: ANY_EVENT_ID_PATTERN,
   }),
   header('webhook-timestamp', 'Unix seconds when this attempt was sent', {
     type: 'integer',

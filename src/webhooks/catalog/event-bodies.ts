@@ -1,22 +1,14 @@
 import { type SQL, sql } from 'drizzle-orm';
+import { rfc3339 } from '../../db/rfc3339.js';
+import { endpointIdSql, webhookIdSql } from '../tables/ids.js';
 import type { EventTypeName } from './event-types.js';
 
 // The bodies of the operational events, written by the statement that makes the change they
 // tell of, in SQL: compact JSON, strings escaped by to_json as JSON.stringify escapes them, in
 // the Standard Webhooks envelope `{"type","timestamp","data"}` (see event-types.ts).
 
-/** RFC 3339 in UTC with milliseconds, as text. */
-const rfc3339 = (at: SQL) =>
-  sql`to_char(${at} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
-
 /** A text value as a JSON string. */
 const jsonString = (value: SQL) => sql`to_json((${value})::text)::text`;
-
-/** An endpoint's public id (see ids.ts) from its row key. */
-const endpointId = (key: SQL) => sql`'ep_' || lpad(to_hex(${key}), 16, '0')`;
-
-/** An event's `webhook-id` (see signature.ts) from its UUID. */
-const webhookId = (eventId: SQL) => sql`'msg_' || replace(${eventId}::text, '-', '')`;
 
 /** The body of a `type` event at `at` whose `data` has `members`, each a JSON value as text. */
 function envelope(type: EventTypeName, at: SQL, members: [name: string, json: SQL][]): SQL {
@@ -37,7 +29,7 @@ const recorded = (type: EventTypeName, body: SQL, from: SQL) =>
 export function endpointDisabledEvents(name: string, rows: SQL): SQL {
   const at = sql.raw('r.disabled_at');
   const body = envelope('endpointDisabled', at, [
-    ['endpointId', jsonString(endpointId(sql.raw('r.key')))],
+    ['endpointId', jsonString(endpointIdSql(sql.raw('r.key')))],
     ['url', jsonString(sql.raw('r.url'))],
     ['reason', jsonString(sql.raw('r.reason'))],
     ['disabledAt', jsonString(rfc3339(at))],
@@ -56,8 +48,8 @@ export function deliveryExhaustedEvents(name: string, rows: SQL): SQL {
     `case when r.status is not null then 'the receiver answered ' || r.status else r.error end`,
   );
   const body = envelope('deliveryExhausted', sql.raw('now()'), [
-    ['endpointId', jsonString(endpointId(sql.raw('r.endpoint_key')))],
-    ['eventId', jsonString(webhookId(sql.raw('r.event_id')))],
+    ['endpointId', jsonString(endpointIdSql(sql.raw('r.endpoint_key')))],
+    ['eventId', jsonString(webhookIdSql(sql.raw('r.event_id')))],
     ['eventType', jsonString(sql.raw('r.event_type'))],
     ['attempts', sql.raw('r.attempts::text')],
     ['lastError', jsonString(lastError)],

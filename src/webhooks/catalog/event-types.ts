@@ -1,5 +1,6 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import { NAME_MAX_LENGTH, TAG_MAX_LENGTH } from '../../plants/schemas.js';
+import { ENDPOINT_ID_PATTERN, EVENT_ID_PATTERN } from '../tables/ids.js';
 
 /** The names of the event types an endpoint may receive, in the catalog's order. */
 export const EVENT_TYPE_NAMES = [
@@ -50,7 +51,7 @@ const rfc3339 = (description: string) =>
   Type.String({ format: 'date-time', description: `${description} (RFC 3339, UTC)` });
 
 const endpointId = Type.String({
-  pattern: '^ep_[0-9a-f]{16}$',
+  pattern: ENDPOINT_ID_PATTERN,
   description: 'The endpoint, as the management API names it',
 });
 
@@ -125,7 +126,7 @@ const catalog: readonly EventType[] = [
       Type.Object({
         endpointId,
         eventId: Type.String({
-          pattern: '^msg_[0-9a-f]{32}$',
+          pattern: EVENT_ID_PATTERN,
           description: 'The `webhook-id` of the event that was given up',
         }),
         eventType: Type.String({

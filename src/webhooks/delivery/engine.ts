@@ -2,8 +2,9 @@ import { setMaxListeners } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database } from '../../db/database.js';
 import { type EventTypeName, exampleBody } from '../catalog/event-types.js';
+import { plantIdOf } from '../catalog/plant-id.js';
 import type { SecuritySettings } from '../security/settings.js';
-import { webhookId } from '../security/signature.js';
+import { webhookId } from '../tables/ids.js';
 import { attemptTrigger } from '../tables/triggers.js';
 import type { WebhookMetrics } from './metrics.js';
 import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
@@ -13,7 +14,6 @@ import {
   GONE_REASON,
   type Outcome,
   type OutcomeStatements,
-  plantIdOf,
 } from './outcomes.js';
 import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';

@@ -2,7 +2,6 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../../db/database.js';
 import { prepareStatement } from '../../db/prepared.js';
 import { DEFAULT_EVENT_TYPES } from '../catalog/event-types.js';
-import { missedLog } from '../tables/given-up.js';
 import {
   NEXT_ENDPOINT,
   NEXT_EVENT,
@@ -10,6 +9,7 @@ import {
   subscriptionLockedIf,
 } from '../tables/locks.js';
 import type { DeliveryTrigger } from '../tables/triggers.js';
+import { missedLog } from './given-up.js';
 import { createClockReading, type PacedColumns, type Pacing, pacingOf } from './pacing.js';
 import { ENGINE_TIMING, paceWindowMsFor } from './timing.js';
 

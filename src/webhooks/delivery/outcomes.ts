@@ -5,9 +5,9 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../../db/database.js';
 import { prepareStatement } from '../../db/prepared.js';
 import { deliveryExhaustedEvents, endpointDisabledEvents } from '../catalog/event-bodies.js';
-import { givenUp } from '../tables/given-up.js';
 import { subscriptionSharedIf } from '../tables/locks.js';
 import type { AttemptTrigger } from '../tables/triggers.js';
+import { givenUp } from './given-up.js';
 
 /** What the attempt log keeps of an attempt to an endpoint. */
 export interface AttemptRecord {
@@ -58,17 +58,6 @@ export const GONE_REASON = 'the receiver answered 410 Gone';
 /** Why an endpoint that failed for `seconds` is disabled. */
 export const failingReason = (seconds: number) =>
   `every attempt failed for ${seconds} seconds (WEBHOOK_DISABLE_AFTER_S)`;
-
-/**
- * `{"id":<digits>` opens every newPlant body, and a plantDeleted envelope's data: the plant's id,
- * exactly. The other types are about no plant. (missedLog in endpoints.ts reads it so too.)
- */
-const plantIdPatterns = [
-  /^\{"id":(-?\d{1,19})[,}]/,
-  /^\{"type":"plantDeleted","timestamp":"[^"]*","data":\{"id":(-?\d{1,19})[,}]/,
-];
-export const plantIdOf = (body: string) =>
-  plantIdPatterns.map((pattern) => pattern.exec(body)?.[1]).find((id) => id !== undefined);
 
 export type OutcomeStatements = ReturnType<typeof createOutcomeStatements>;
 

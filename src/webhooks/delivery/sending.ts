@@ -22,7 +22,8 @@ import { type Dispatcher, Pool } from 'undici';
 import { openHeaders } from '../security/custom-headers.js';
 import { connectOptions, forbiddenHost } from '../security/destination.js';
 import { type KeyRing, openSecret } from '../security/secrets.js';
-import { signatures, signingKey, webhookId } from '../security/signature.js';
+import { signatures, signingKey } from '../security/signature.js';
+import { webhookId } from '../tables/ids.js';
 import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
 
 /** How one attempt ended. Only a 2xx answered within the time limit is a delivery. */

@@ -11,14 +11,6 @@ export function signingKey(secret: string): KeyObject {
 }
 
 /**
- * `webhook-id` of an event: `msg_` and its UUID's hex digits; `msg_test_` and them for a test
- * event (`trigger` 'test'), which a receiver can tell from every real one.
- */
-export function webhookId(eventId: string, trigger?: string): string {
-  return `${trigger === 'test' ? 'msg_test_' : 'msg_'}${eventId.replaceAll('-', '')}`;
-}
-
-/**
  * `webhook-signature` as the Standard Webhooks specification defines it: `v1,` and the base64
  * HMAC-SHA256, under the key, of `id.timestamp.body`, over the exact bytes sent.
  */

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { plantIdSql } from '../catalog/plant-id.js';
 
 /**
  * A CTE that writes each delivery of `deliveries` (endpoint_id, event_id, body, event_type) that
@@ -6,15 +7,13 @@ import { sql } from 'drizzle-orm';
  * sends, so an admin sees what recover will send. The plant's id as plantIdOf reads it.
  */
 export const missedLog = (deliveries: string) =>
-  sql.raw(`missed_log_${deliveries} as (
+  sql`${sql.raw(`missed_log_${deliveries}`)} as (
           insert into webhook_attempts (endpoint_id, event_id, plant_id, event_type, body, succeeded,
                                         error, duration_ms)
-          select endpoint_id, event_id,
-                 coalesce(substring(body from '^\\{"id":(-?\\d{1,19})[,}]'),
-                          substring(body from '^\\{"type":"plantDeleted","timestamp":"[^"]*","data":\\{"id":(-?\\d{1,19})[,}]'))::int8,
+          select endpoint_id, event_id, ${plantIdSql(sql.raw('body'))},
                  event_type, body, false, 'endpoint disabled', 0
-            from ${deliveries}
-        )`);
+            from ${sql.raw(deliveries)}
+        )`;
 /** CTEs that give up the pending deliveries of the endpoints `disabled` selects, and log them. */
 export const givenUp = (disabled: string) =>
   sql`given_up as (
