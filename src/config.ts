@@ -4,7 +4,7 @@ import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { ConfigError } from './config-error.js';
 import { MIGRATION_DEFAULTS } from './db/migrate.js';
-import { SHA256_ENTRY_PREFIX } from './http/auth.js';
+import { SHA256_ENTRY_PREFIX } from './http/tokens.js';
 import { readWebhooks } from './webhook-config.js';
 
 export { ConfigError };

@@ -9,9 +9,7 @@ import {
   type FailureThrottleOptions,
 } from './auth-throttle.js';
 import { HttpError } from './errors.js';
-
-/** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
-export const SHA256_ENTRY_PREFIX = 'sha256:';
+import { digestOf } from './tokens.js';
 
 const CHALLENGE = 'Bearer realm="plant-store"';
 
@@ -24,12 +22,6 @@ export interface ScopedTokens {
   verify: (token: string) => boolean;
   /** True when the token is valid in another scope only: it is answered 403, not 401. */
   validElsewhere: (token: string) => boolean;
-}
-
-function digestOf(entry: string): string {
-  return entry.startsWith(SHA256_ENTRY_PREFIX)
-    ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex').toString('base64')
-    : hash('sha256', entry, 'base64');
 }
 
 /**
