@@ -196,10 +196,13 @@ export async function requireBearerToken(
     }
   }
 
+  // The hook below answers: the plugin's own hook and errorResponse reply a bare 401 at once, with
+  // no WWW-Authenticate, no failure counted and no 403 for a token of another scope.
   await scope.register(bearerAuth, {
-    keys: [],
-    // The plugin's own reading of the token is too lenient; read it from the header again.
-    auth: (_lenientToken, request) => {
+    keys: [], // required by its type, ignored when there is an auth function
+    // The plugin's key is the rest of the header trimmed of every Unicode space, U+00A0 included,
+    // which is not always the token the client sent: read the token from the header again.
+    auth: (_trimmedKey, request) => {
       const token = bearerTokenOf(request.headers.authorization);
       return token !== undefined && verifyToken(token);
     },
