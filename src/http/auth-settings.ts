@@ -2,9 +2,7 @@ import { readFileSync } from 'node:fs';
 import { type Static, Type } from '@sinclair/typebox';
 import { ConfigError } from '../config-error.js';
 import { integer } from '../environment.js';
-
-/** A token list's entry that holds the SHA-256 of a token rather than the token. */
-export const SHA256_ENTRY_PREFIX = 'sha256:';
+import { SHA256_ENTRY_PREFIX } from './tokens.js';
 
 /** The variables of authentication and its limits, with their defaults. */
 export const AuthEnvironment = Type.Object({

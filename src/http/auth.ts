@@ -2,7 +2,6 @@ import { hash } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { SHA256_ENTRY_PREFIX } from './auth-settings.js';
 import {
   type AuthFailureStore,
   createFailureThrottle,
@@ -10,8 +9,7 @@ import {
   type FailureThrottleOptions,
 } from './auth-throttle.js';
 import { HttpError } from './errors.js';
-
-/** Prefix of a configured entry that holds the SHA-256 of a token instead of the token. */
+import { digestOf } from './tokens.js';
 
 const CHALLENGE = 'Bearer realm="plant-store"';
 
@@ -24,12 +22,6 @@ export interface ScopedTokens {
   verify: (token: string) => boolean;
   /** True when the token is valid in another scope only: it is answered 403, not 401. */
   validElsewhere: (token: string) => boolean;
-}
-
-function digestOf(entry: string): string {
-  return entry.startsWith(SHA256_ENTRY_PREFIX)
-    ? Buffer.from(entry.slice(SHA256_ENTRY_PREFIX.length), 'hex').toString('base64')
-    : hash('sha256', entry, 'base64');
 }
 
 /**
@@ -204,10 +196,13 @@ export async function requireBearerToken(
     }
   }
 
+  // The hook below answers: the plugin's own hook and errorResponse reply a bare 401 at once, with
+  // no WWW-Authenticate, no failure counted and no 403 for a token of another scope.
   await scope.register(bearerAuth, {
-    keys: [],
-    // The plugin's own reading of the token is too lenient; read it from the header again.
-    auth: (_lenientToken, request) => {
+    keys: [], // required by its type, ignored when there is an auth function
+    // The plugin's key is the rest of the header trimmed of every Unicode space, U+00A0 included,
+    // which is not always the token the client sent: read the token from the header again.
+    auth: (_trimmedKey, request) => {
       const token = bearerTokenOf(request.headers.authorization);
       return token !== undefined && verifyToken(token);
     },

@@ -1,6 +1,12 @@
 import { createHash } from 'node:crypto';
+import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
-import { bearerTokenOf, createScopedTokens, createTokenVerifier } from '../../src/http/auth.js';
+import {
+  bearerTokenOf,
+  createScopedTokens,
+  createTokenVerifier,
+  requireBearerToken,
+} from '../../src/http/auth.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -101,5 +107,29 @@ describe('createScopedTokens', () => {
     expect(none.admin.verify('plant-token')).toBe(false);
     expect(none.admin.validElsewhere('plant-token')).toBe(true);
     expect(none.admin.validElsewhere('other')).toBe(false);
+  });
+});
+
+describe('requireBearerToken', () => {
+  const noLimits = { failuresPerAddress: 0, ipv6Prefix: 64, requestsPerToken: 0, windowMs: 60_000 };
+
+  it('checks the token as sent, not as @fastify/bearer-auth trims it', async () => {
+    const app = Fastify();
+    await app.register(async (scope) => {
+      await requireBearerToken(
+        scope,
+        createTokenVerifier([`sha256:${sha256('abc\u00a0')}`]),
+        noLimits,
+      );
+      scope.get('/', async () => 'ok');
+    });
+    try {
+      const status = async (authorization: string) =>
+        (await app.inject({ url: '/', headers: { authorization } })).statusCode;
+      expect(await status('Bearer abc\u00a0')).toBe(200);
+      expect(await status('Bearer abc')).toBe(401);
+    } finally {
+      await app.close();
+    }
   });
 });

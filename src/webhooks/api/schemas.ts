@@ -34,7 +34,8 @@ export function urlProblem(value: unknown): string | undefined {
   // Spaces and control characters (anything outside ! to ~ below U+0080) would be dropped or
   // encoded by a parser: refused, not guessed.
   if (
-    value.length > URL_MAX_LENGTH ||
+    // Characters are code points, as the schema's maxLength counts them.
+    (value.length > URL_MAX_LENGTH && [...value].length > URL_MAX_LENGTH) ||
     /[^!-~\u0080-\uffff]/.test(value) ||
     // A lone surrogate would be stored as U+FFFD: another URL than the one given.
     !value.isWellFormed()
@@ -69,7 +70,9 @@ const HttpUrl = (text: string) =>
 const SigningKey = (text: string) =>
   Checked<string>('SigningKey', secretProblem, {
     type: 'string',
-    pattern: '^whsec_[A-Za-z0-9+/]+={0,2}$',
+    // Base64 of 24 (8 groups of 4) to 64 bytes (21 groups and 1 byte), as isEndpointSecret.
+    pattern:
+      '^whsec_(?:[A-Za-z0-9+/]{4}){8,20}(?:[A-Za-z0-9+/]{4}(?:[A-Za-z0-9+/]{2}==)?|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$',
     description: text,
   });
 
