@@ -194,6 +194,8 @@ export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
 export const DISABLED_SEND_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before sending to it';
+export const MALFORMED_ENDPOINT_ID_MESSAGE =
+  'no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001';
 export const UNKNOWN_EVENT_MESSAGE = 'this endpoint has no event with this id in its attempt log';
 export const CONFIGURED_MESSAGE =
   'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
@@ -259,6 +261,11 @@ export const endpointErrorExamples = {
   },
   notFound: {
     endpoint: error(404, 'no webhook endpoint has this id', 'None has this id, or it was deleted'),
+    malformed: error(
+      404,
+      MALFORMED_ENDPOINT_ID_MESSAGE,
+      'The id is not of the form of endpoint ids',
+    ),
   },
   disabled: {
     disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),

@@ -2,13 +2,16 @@ import type { FastifyRequest } from 'fastify';
 import { HttpError } from '../http/errors.js';
 import { parseLimit, queryStringOf, readQueryParameters } from '../http/query.js';
 import { INT64_MAX } from '../kinds.js';
-import { UNKNOWN_EVENT_MESSAGE } from './examples.js';
+import { MALFORMED_ENDPOINT_ID_MESSAGE, UNKNOWN_EVENT_MESSAGE } from './examples.js';
 import { attemptKeyOf, endpointKeyOf } from './ids.js';
 import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */
 
 export const notFound = () => new HttpError(404, 'no webhook endpoint has this id');
+
+/** A path id that is not of the form of endpoint ids: 404 as for an unknown one, saying the form. */
+export const malformedEndpointId = () => new HttpError(404, MALFORMED_ENDPOINT_ID_MESSAGE);
 
 /** The row key an `ep_` id names; undefined for anything else, which names no endpoint. */
 export function endpointKey(id: string): bigint | undefined {
@@ -19,6 +22,7 @@ export function endpointKey(id: string): bigint | undefined {
 /** A path id that is not an endpoint's names none: 404, as for one that was deleted. */
 export async function readEndpointId(request: FastifyRequest): Promise<void> {
   const { id } = request.params as { id: string };
+  if (endpointKeyOf(id) === undefined) throw malformedEndpointId();
   if (endpointKey(id) === undefined) throw notFound();
 }
 

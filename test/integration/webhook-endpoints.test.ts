@@ -430,11 +430,22 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
     }
   });
 
-  it.each(['ep_1', 'ep_ffffffffffffffff', 'ep_00000000000000AB', '42'])(
-    'answers 404 to the malformed id %s',
+  it.each(['ep_1', 'ep_00000000000000AB', '42', '3'])(
+    'answers 404 to the malformed id %s, saying the form ids take',
     async (id) => {
-      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, /no webhook endpoint/);
-      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, /no webhook/);
+      const form =
+        /^no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001$/;
+      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, form);
+      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, form);
+    },
+  );
+
+  it.each(['ep_ffffffffffffffff', 'ep_0000000000000000', 'ep_00000000000000ff'])(
+    'answers 404 to the well-formed id %s of no endpoint, saying only that it is unknown',
+    async (id) => {
+      const unknown = /^no webhook endpoint has this id$/;
+      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, unknown);
+      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, unknown);
     },
   );
 
