@@ -201,8 +201,14 @@ export const CONFIGURED_MESSAGE =
   'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
 export const HEADERS_UNAVAILABLE_MESSAGE =
   'the custom headers of this endpoint cannot be read with the encryption key this service has; set them again to replace them';
-export const SECRET_UNAVAILABLE_MESSAGE =
-  'the secret of this endpoint cannot be read with the encryption key this service has; rotate it to set a new one';
+/**
+ * Why an endpoint's key cannot be read, and the fix that keeps it: the key that sealed it, back
+ * in the ring. A rotation would give the endpoint a key that none of its receivers knows.
+ */
+export const secretUnavailableMessage = (missingKeyId?: string) =>
+  missingKeyId === undefined
+    ? 'the secret of this endpoint cannot be read with the encryption keys this service has: add the key that sealed it back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)'
+    : `the secret of this endpoint is sealed under the key id "${missingKeyId}", which WEBHOOK_ENCRYPTION_KEYS does not hold: add that key back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)`;
 
 export const endpointErrorExamples = {
   invalidBody: {
@@ -293,7 +299,7 @@ export const endpointErrorExamples = {
   secretUnavailable: {
     key: error(
       500,
-      SECRET_UNAVAILABLE_MESSAGE,
+      secretUnavailableMessage('k1'),
       'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
     ),
   },

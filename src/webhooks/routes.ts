@@ -14,7 +14,7 @@ import {
   DISABLED_MESSAGE,
   DISABLED_SEND_MESSAGE,
   HEADERS_UNAVAILABLE_MESSAGE,
-  SECRET_UNAVAILABLE_MESSAGE,
+  secretUnavailableMessage,
 } from './examples.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from './ids.js';
 import { operations } from './operations.js';
@@ -171,7 +171,12 @@ export async function endpointRoutes(
         key = await answered(endpoints().secret(keyOfRequest(request)));
       } catch (error) {
         if (!(error instanceof SecretUnavailableError)) throw error;
-        throw new HttpError(500, SECRET_UNAVAILABLE_MESSAGE, {}, { cause: error });
+        throw new HttpError(
+          500,
+          secretUnavailableMessage(error.missingKeyId),
+          {},
+          { cause: error },
+        );
       }
       if (key === undefined) throw await notChangeable(request);
       reply.header('cache-control', 'no-store');

@@ -1,8 +1,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isEndpointSecret } from '../../src/webhooks/secrets.js';
+import { generateSecret, isEndpointSecret, sealSecret } from '../../src/webhooks/secrets.js';
 import { startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { ringKey } from '../helpers/sealed.js';
 
 const ADMIN = 'admin-token-7c21e9';
 const ENCRYPTION_KEY = randomBytes(32).toString('base64');
@@ -510,6 +511,25 @@ describe('secrets', () => {
     expect(copied.body).not.toContain(secret.slice('whsec_'.length));
     expect((await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json()).toStrictEqual({
       key: secret,
+    });
+  });
+
+  it('answers 500 naming the key id the ring lacks, and says to add it back rather than rotate', async () => {
+    const endpoint = await create();
+    const sealed = sealSecret(generateSecret(), [ringKey('k0')], {
+      endpoint: keyOf(endpoint.id),
+      field: 'secret',
+    });
+    await t.database.query('update webhook_endpoints set secret = $1 where id = $2', [
+      sealed,
+      keyOf(endpoint.id),
+    ]);
+    const response = await call('GET', `/webhooks/endpoints/${endpoint.id}/secret`);
+    expect(response.statusCode).toBe(500);
+    expect(response.json()).toStrictEqual({
+      error: 500,
+      message:
+        'the secret of this endpoint is sealed under the key id "k0", which WEBHOOK_ENCRYPTION_KEYS does not hold: add that key back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)',
     });
   });
 
