@@ -27,7 +27,7 @@ import { endpointRoutes } from './webhooks/routes.js';
 import { endpointSchemas } from './webhooks/schemas.js';
 
 /** The settings of the configuration that shape the HTTP app. */
-export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database'>;
+export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database' | 'webhooks'>;
 
 export interface AppOptions {
   config: AppConfig;
@@ -146,6 +146,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     onDeliveriesDue: options.onDeliveriesDue,
     replays: options.replays,
     dispatcher: options.dispatcher,
+    allowPrivateNetworks: options.config.webhooks.allowPrivateNetworks,
   });
   refuseUnservedMethods();
 

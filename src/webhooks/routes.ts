@@ -1,11 +1,12 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { answerWithin } from '../http/deadline.js';
 import { HttpError } from '../http/errors.js';
 import { registerJsonBodyParser } from '../http/json.js';
 import { refuseOtherMethods } from '../http/methods.js';
 import { INT64_MAX } from '../kinds.js';
+import { forbiddenHost } from './destination.js';
 import type { EndpointStore } from './endpoints.js';
 import type { Dispatcher } from './engine.js';
 import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from './event-types.js';
@@ -31,7 +32,7 @@ import {
   unknownEvent,
 } from './parameters.js';
 import type { Replays } from './replays.js';
-import { PAGE_LIMIT_DEFAULT } from './schemas.js';
+import { type Endpoint, PAGE_LIMIT_DEFAULT } from './schemas.js';
 import { SecretUnavailableError } from './secrets.js';
 import { attemptsJson, endpointOf } from './serialize.js';
 
@@ -57,6 +58,8 @@ export interface EndpointRoutesOptions {
   replays: () => Replays;
   /** The delivery engine, which sends tests; throws (503) until it runs. */
   dispatcher: () => Pick<Dispatcher, 'test'>;
+  /** WEBHOOK_ALLOW_PRIVATE_NETWORKS: when off, an endpoint on a private host is warned of. */
+  allowPrivateNetworks?: boolean | undefined;
 }
 
 export async function endpointRoutes(
@@ -74,6 +77,14 @@ export async function endpointRoutes(
     (await answered(endpoints().get(keyOfRequest(request))))?.configured
       ? new HttpError(409, CONFIGURED_MESSAGE)
       : notFound();
+  /** Accepted, since a name's addresses are judged at connect time; a literal one is known now. */
+  const warnIfPrivate = (request: FastifyRequest, endpoint: Endpoint) => {
+    if (options.allowPrivateNetworks || !forbiddenHost(new URL(endpoint.url).hostname)) return;
+    request.log.warn(
+      { endpoint: endpoint.id },
+      `the webhook endpoint ${endpoint.id} has a loopback or private host: every delivery to it fails "destination not allowed" unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`,
+    );
+  };
 
   api.post(BASE, { schema: operations.createWebhookEndpoint }, async (request, reply) => {
     const { url, description = '', disabled = false, secret } = request.body;
@@ -82,6 +93,7 @@ export async function endpointRoutes(
     const row = await answered(endpoints().create(created));
     changed(row.id);
     const endpoint = endpointOf(row);
+    warnIfPrivate(request, endpoint);
     return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
   });
 
@@ -138,7 +150,9 @@ export async function endpointRoutes(
           const row = await answered(endpoints().patch(keyOfRequest(request), patch));
           if (!row) throw await notChangeable(request);
           changed(String(keyOfRequest(request)));
-          return endpointOf(row);
+          const endpoint = endpointOf(row);
+          if (url !== undefined) warnIfPrivate(request, endpoint);
+          return endpoint;
         },
       );
   });

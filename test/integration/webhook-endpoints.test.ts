@@ -257,6 +257,57 @@ describe('POST /webhooks/endpoints', () => {
   });
 });
 
+describe('an endpoint on a private host', () => {
+  const warningsOf = (id: string) =>
+    t.logs
+      .map((line) => JSON.parse(line))
+      .filter((line) => line.level === 'warn' && line.endpoint === id)
+      .map((line) => line.msg);
+  const warning = (id: string) =>
+    `the webhook endpoint ${id} has a loopback or private host: every delivery to it fails "destination not allowed" unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`;
+
+  it.each([
+    'http://localhost:4000/hook',
+    'http://127.0.0.1:4000/hook',
+    'http://[::1]:4000/hook',
+    'https://10.1.2.3/hook',
+  ])(
+    'is created (201) from %s, with a warning naming WEBHOOK_ALLOW_PRIVATE_NETWORKS',
+    async (url) => {
+      const endpoint = await create({ url });
+      expect(warningsOf(endpoint.id)).toStrictEqual([warning(endpoint.id)]);
+    },
+  );
+
+  it('is warned of when a PATCH moves it there, and a public host is not', async () => {
+    const endpoint = await create();
+    expect(warningsOf(endpoint.id)).toStrictEqual([]);
+    const path = `/webhooks/endpoints/${endpoint.id}`;
+    expect((await call('PATCH', path, { description: 'x' })).statusCode).toBe(200);
+    expect(warningsOf(endpoint.id)).toStrictEqual([]);
+    expect((await call('PATCH', path, { url: 'http://192.168.1.20/hook' })).statusCode).toBe(200);
+    expect(warningsOf(endpoint.id)).toStrictEqual([warning(endpoint.id)]);
+  });
+
+  it('is not warned of when WEBHOOK_ALLOW_PRIVATE_NETWORKS is true', async () => {
+    const allowing = await startTestApp({
+      env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
+    });
+    try {
+      const response = await allowing.app.inject({
+        method: 'POST',
+        url: '/webhooks/endpoints',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        payload: JSON.stringify({ url: 'http://localhost:4000/hook' }),
+      });
+      expect(response.statusCode).toBe(201);
+      expect(allowing.logs.join('\n')).not.toContain('WEBHOOK_ALLOW_PRIVATE_NETWORKS');
+    } finally {
+      await allowing.close();
+    }
+  });
+});
+
 describe('GET /webhooks/endpoints', () => {
   it('pages through every endpoint in ascending id order, with Link to the next page', async () => {
     for (let i = 0; i < 3; i++) await create({ description: `page ${i}` });
