@@ -144,8 +144,10 @@ describe('scopes', () => {
     expect(await counted()).toBe(1);
   });
 
-  it('refuses every token on the management API when no admin token is configured', async () => {
+  it('refuses every token on the management API when no admin token is configured, naming ADMIN_TOKENS', async () => {
     const plain = await startTestApp({ env: {} });
+    const off =
+      'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
     try {
       const plant = await plain.app.inject({
         method: 'GET',
@@ -153,6 +155,10 @@ describe('scopes', () => {
         headers: { authorization: `Bearer ${TOKEN}` },
       });
       expect(plant.statusCode).toBe(403);
+      expect(plant.json()).toStrictEqual({
+        error: 403,
+        message: `this token is for the plant API; ${off}`,
+      });
       const other = await plain.app.inject({
         method: 'GET',
         url: '/webhooks/endpoints',
@@ -160,6 +166,18 @@ describe('scopes', () => {
       });
       expect(other.statusCode).toBe(401);
       expect(other.headers['www-authenticate']).toBe(`${CHALLENGE}, error="invalid_token"`);
+      expect(other.json()).toStrictEqual({ error: 401, message: off });
+      const none = await plain.app.inject({ method: 'POST', url: '/webhooks/endpoints' });
+      expect(none.statusCode).toBe(401);
+      expect(none.headers['www-authenticate']).toBe(CHALLENGE);
+      expect(none.json()).toStrictEqual({ error: 401, message: off });
+      // The plant API is not concerned: its refusals say what they said.
+      const plants = await plain.app.inject({
+        method: 'GET',
+        url: '/plants',
+        headers: { authorization: `Bearer ${ADMIN}` },
+      });
+      expect(plants.json()).toStrictEqual({ error: 401, message: 'the bearer token is not valid' });
     } finally {
       await plain.close();
     }
