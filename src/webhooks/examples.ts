@@ -225,6 +225,11 @@ export const endpointErrorExamples = {
   },
   invalidPatch: {
     url: error(400, 'body/url must be a string', 'null for url'),
+    secret: error(
+      400,
+      'body/secret cannot be changed by PATCH: POST /webhooks/endpoints/ep_0000000000000001/secret/rotate sets a new signing key',
+      'A new key belongs to the rotation',
+    ),
   },
   invalidKey: {
     key: error(

@@ -84,3 +84,40 @@ export async function readAttemptPage(request: FastifyRequest): Promise<void> {
   }
   request.query = pageQuery(limit, { after, status });
 }
+
+/** Fields of an endpoint that only the service sets. */
+const SET_BY_THE_SERVICE = ['id', 'configured', 'disabledReason', 'createdAt', 'updatedAt'];
+
+/**
+ * A field of a PATCH body that the resource has, or that another operation changes, but that
+ * PATCH does not: 400 saying where to go, rather than a 200 that changed nothing. Unknown fields
+ * are still ignored.
+ */
+export function unpatchableField(body: object, id: string): HttpError | undefined {
+  if (Object.hasOwn(body, 'secret')) {
+    return new HttpError(
+      400,
+      `body/secret cannot be changed by PATCH: POST /webhooks/endpoints/${id}/secret/rotate sets a new signing key`,
+    );
+  }
+  if (Object.hasOwn(body, 'headers')) {
+    return new HttpError(
+      400,
+      `body/headers cannot be set by PATCH: PUT /webhooks/endpoints/${id}/headers sets them`,
+    );
+  }
+  const field = SET_BY_THE_SERVICE.find((name) => Object.hasOwn(body, name));
+  return field === undefined
+    ? undefined
+    : new HttpError(400, `body/${field} is set by the service and cannot be changed`);
+}
+
+/** Custom headers in a create's body: 400, since only PUT .../headers sets them. */
+export function headersOnCreate(body: object): HttpError | undefined {
+  return Object.hasOwn(body, 'headers')
+    ? new HttpError(
+        400,
+        'body/headers cannot be set when creating an endpoint: PUT /webhooks/endpoints/{id}/headers sets them once it exists',
+      )
+    : undefined;
+}

@@ -23,6 +23,7 @@ import {
   bodyOrEmpty,
   endpointKey,
   eventUuidOf,
+  headersOnCreate,
   keyOfRequest,
   notFound,
   readAttemptPage,
@@ -30,6 +31,7 @@ import {
   readEndpointPage,
   readEventId,
   unknownEvent,
+  unpatchableField,
 } from './parameters.js';
 import type { Replays } from './replays.js';
 import { type Endpoint, PAGE_LIMIT_DEFAULT } from './schemas.js';
@@ -87,6 +89,8 @@ export async function endpointRoutes(
   };
 
   api.post(BASE, { schema: operations.createWebhookEndpoint }, async (request, reply) => {
+    const refused = headersOnCreate(request.body);
+    if (refused) throw refused;
     const { url, description = '', disabled = false, secret } = request.body;
     const { events = DEFAULT_EVENT_TYPES, rateLimit = null } = request.body;
     const created = { url, description, disabled, events, rateLimit, secret };
@@ -139,6 +143,8 @@ export async function endpointRoutes(
         `${BASE}/:id`,
         { schema: operations.updateWebhookEndpoint, preValidation: readEndpointId },
         async (request) => {
+          const refused = unpatchableField(request.body, request.params.id);
+          if (refused) throw refused;
           const { url, description, disabled, events, rateLimit } = request.body;
           const patch = {
             url,

@@ -417,6 +417,51 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
     expectError(other, 415, /application\/merge-patch\+json or application\/json/);
   });
 
+  it('refuses, and changes nothing for, a field PATCH cannot change, saying where it is changed', async () => {
+    const endpoint = await create({ description: 'kept' });
+    const path = `/webhooks/endpoints/${endpoint.id}`;
+    const key = (await call('GET', `${path}/secret`)).json().key;
+    const stored = await storedEndpoint(endpoint.id);
+    for (const [body, message] of [
+      [
+        { secret: generateSecret(), description: 'changed' },
+        `body/secret cannot be changed by PATCH: POST /webhooks/endpoints/${endpoint.id}/secret/rotate sets a new signing key`,
+      ],
+      [
+        { headers: { 'x-greenhouse': 'north' } },
+        `body/headers cannot be set by PATCH: PUT /webhooks/endpoints/${endpoint.id}/headers sets them`,
+      ],
+      [{ id: 'ep_0000000000000abc' }, 'body/id is set by the service and cannot be changed'],
+      [
+        { createdAt: '2020-01-01T00:00:00Z' },
+        'body/createdAt is set by the service and cannot be changed',
+      ],
+      [{ configured: true }, 'body/configured is set by the service and cannot be changed'],
+    ] as const) {
+      const response = await call('PATCH', path, body);
+      expect(response.statusCode, JSON.stringify(body)).toBe(400);
+      expect(response.json()).toStrictEqual({ error: 400, message });
+    }
+    expect(await storedEndpoint(endpoint.id)).toStrictEqual(stored);
+    expect((await call('GET', `${path}/secret`)).json()).toStrictEqual({ key });
+  });
+
+  it('refuses custom headers in a create, saying where they are set, and creates nothing', async () => {
+    const count = () => t.database.query('select count(*)::int as n from webhook_endpoints');
+    const before = await count();
+    const response = await call('POST', '/webhooks/endpoints', {
+      url: 'https://receiver.example.com/plants',
+      headers: { 'x-greenhouse': 'north' },
+    });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toStrictEqual({
+      error: 400,
+      message:
+        'body/headers cannot be set when creating an endpoint: PUT /webhooks/endpoints/{id}/headers sets them once it exists',
+    });
+    expect(await count()).toStrictEqual(before);
+  });
+
   it('disabling fails the pending deliveries; enabling clears the reason and the failing run', async () => {
     const endpoint = await create();
     const key = keyOf(endpoint.id);
