@@ -27,7 +27,10 @@ import type { Dispatcher } from './webhooks/delivery/engine.js';
 import type { Replays } from './webhooks/delivery/replays.js';
 
 /** The settings of the configuration that shape the HTTP app. */
-export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database'>;
+const MANAGEMENT_OFF =
+  'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
+
+export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database' | 'webhooks'>;
 
 export interface AppOptions {
   config: AppConfig;
@@ -129,6 +132,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
     answerWithinMs,
   });
+  // Without admin tokens the management API is off: its refusals say how to turn it on.
+  const managementOff = adminTokens.length === 0 ? MANAGEMENT_OFF : undefined;
   await app.register(endpointRoutes, {
     endpoints: options.endpoints,
     verifyToken: scoped.admin.verify,
@@ -137,8 +142,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throttle,
       otherScope: {
         validElsewhere: scoped.admin.validElsewhere,
-        message: 'this token is for the plant API; the webhook management API needs an admin token',
+        message: `this token is for the plant API; ${managementOff ?? 'the webhook management API needs an admin token'}`,
       },
+      offMessage: managementOff,
     },
     answerWithinMs,
     jsonMaxDepth: http.jsonMaxDepth,
@@ -146,6 +152,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     onDeliveriesDue: options.onDeliveriesDue,
     replays: options.replays,
     dispatcher: options.dispatcher,
+    allowPrivateNetworks: options.config.webhooks.allowPrivateNetworks,
   });
   refuseUnservedMethods();
 

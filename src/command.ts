@@ -1,4 +1,7 @@
 import { ConfigError } from './config.js';
+import { describeDatabase } from './db/client.js';
+import { sqlStateOf } from './db/errors.js';
+import type { DatabaseSettings } from './db/settings.js';
 
 /** A command line the command cannot take: exit 2 with its usage. */
 export class UsageError extends Error {}
@@ -18,4 +21,37 @@ export function endOnBadInput(error: unknown, usage: string): void {
     process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
     process.exitCode = 1;
   } else throw error;
+}
+
+/** `count` and the noun, singular for one: `1 failed delivery`, `2 failed deliveries`. */
+export function counted(count: number, one: string, many: string): string {
+  return `${count} ${count === 1 ? one : many}`;
+}
+
+/**
+ * Which database a command works on, for each line it writes: without DATABASE_URL it is the
+ * embedded engine's directory, which an operator who forgot the variable must not take for the
+ * service's database. Never holds a password.
+ */
+export function commandDatabaseOf(config: DatabaseSettings): string {
+  const { engine, description } = describeDatabase(config);
+  return engine === 'pglite' ? `${description} (DATABASE_URL is not set)` : description;
+}
+
+/** SQLSTATE undefined_table: the schema the command works on is not there. */
+const UNDEFINED_TABLE = '42P01';
+
+/**
+ * When `error` says the command's database has no schema, tells the operator so, with what to
+ * run, and answers true; otherwise answers false and the caller reports `error` itself.
+ */
+export function reportNotMigrated(error: unknown, what: string, config: DatabaseSettings): boolean {
+  if (sqlStateOf(error) !== UNDEFINED_TABLE) return false;
+  const next = config.url
+    ? 'run npm run db:migrate with the same DATABASE_URL first'
+    : "set DATABASE_URL to the service's database, or run npm run db:migrate to migrate this one";
+  process.stderr.write(
+    `plant-store: ${what} failed: ${commandDatabaseOf(config)} is not migrated; ${next}\n`,
+  );
+  return true;
 }

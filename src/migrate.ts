@@ -1,3 +1,4 @@
+import { commandDatabaseOf } from './command.js';
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { fatalLineOf } from './db/lock-waits.js';
@@ -8,16 +9,18 @@ import { createLogger } from './logger.js';
 try {
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
+  const where = commandDatabaseOf(config.database);
   try {
     const database = await openCommandDatabase(config.database);
     try {
       const applied = await database.migrate({ ...config.database.migration, log: logger });
-      logger.info({ migrations: applied }, describeMigrations(applied, database.description));
+      logger.info({ migrations: applied }, describeMigrations(applied, where));
     } finally {
       await database.close();
     }
   } catch (error) {
-    logger.fatal(...fatalLineOf(error, 'migration failed'));
+    const [fields, message] = fatalLineOf(error, 'migration failed');
+    logger.fatal({ ...fields, database: where }, message);
     process.exitCode = 1;
   }
 } catch (error) {

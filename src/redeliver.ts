@@ -1,5 +1,11 @@
 import { parseArgs } from 'node:util';
-import { endOnBadInput, UsageError } from './command.js';
+import {
+  commandDatabaseOf,
+  counted,
+  endOnBadInput,
+  reportNotMigrated,
+  UsageError,
+} from './command.js';
 import { loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
@@ -45,20 +51,22 @@ try {
   const { filter, dryRun } = readFilter();
   const config = loadConfig(process.env, { requireTokens: false });
   const logger = createLogger(config.logLevel);
+  const where = commandDatabaseOf(config.database);
   try {
     const database = await openCommandDatabase(config.database);
     try {
       const count = await redeliverFailed(database.db, filter, dryRun);
+      const deliveries = counted(count, 'failed delivery', 'failed deliveries');
       process.stdout.write(
-        dryRun
-          ? `${count} failed deliveries would be sent again\n`
-          : `${count} failed deliveries will be sent again\n`,
+        `${deliveries} in ${where} ${dryRun ? 'would' : 'will'} be sent again\n`,
       );
     } finally {
       await database.close();
     }
   } catch (error) {
-    logger.fatal(failureForLog(error), 'redelivery failed');
+    if (!reportNotMigrated(error, 'redelivery', config.database)) {
+      logger.fatal({ ...failureForLog(error), database: where }, 'redelivery failed');
+    }
     process.exitCode = 1;
   }
 } catch (error) {

@@ -1,5 +1,11 @@
 import { parseArgs } from 'node:util';
-import { endOnBadInput, UsageError } from './command.js';
+import {
+  commandDatabaseOf,
+  counted,
+  endOnBadInput,
+  reportNotMigrated,
+  UsageError,
+} from './command.js';
 import { ConfigError, loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
@@ -40,6 +46,7 @@ try {
     );
   }
   const logger = createLogger(config.logLevel);
+  const where = commandDatabaseOf(config.database);
   try {
     const database = await openCommandDatabase(config.database);
     try {
@@ -48,12 +55,15 @@ try {
         config.webhooks.encryptionKeys,
         batchSize,
       );
+      const keys = counted(resealed, 'stored key', 'stored keys');
+      const headers = counted(resealedHeaders, 'set of custom headers', 'sets of custom headers');
       process.stdout.write(
-        `${resealed} stored keys and ${resealedHeaders} sets of custom headers re-sealed under the key "${keyId}"\n`,
+        `${keys} and ${headers} re-sealed under the key "${keyId}" in ${where}\n`,
       );
       if (unreadable.length > 0) {
+        const endpoints = counted(unreadable.length, 'endpoint has', 'endpoints have');
         process.stderr.write(
-          `plant-store: ${unreadable.length} endpoints have a stored key or custom headers that open under no key of WEBHOOK_ENCRYPTION_KEYS, left as they are: ${unreadable.join(', ')}\n`,
+          `plant-store: ${endpoints} a stored key or custom headers that open under no key of WEBHOOK_ENCRYPTION_KEYS, left as they are: ${unreadable.join(', ')}\n`,
         );
         process.exitCode = 1;
       }
@@ -61,7 +71,9 @@ try {
       await database.close();
     }
   } catch (error) {
-    logger.fatal(failureForLog(error), 'the re-sealing failed');
+    if (!reportNotMigrated(error, 'the re-sealing', config.database)) {
+      logger.fatal({ ...failureForLog(error), database: where }, 'the re-sealing failed');
+    }
     process.exitCode = 1;
   }
 } catch (error) {

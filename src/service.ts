@@ -77,6 +77,11 @@ function describeWebhooks(webhooks: Config['webhooks']): string {
   return `webhooks: sending each new plant to ${count} (${receivers.join(', ')}) and to ${endpoints}`;
 }
 
+const MANAGEMENT_OFF =
+  'the webhook management API (/webhooks/*) is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
+const KEYS_STORED_AS_THEY_ARE =
+  'WEBHOOK_ENCRYPTION_KEYS is not set: webhook signing keys and custom headers are stored in the database as they are, so anyone who reads the database or a backup can sign events that the receivers accept and read the credentials those headers carry; set it (see "Endpoint keys at rest" in docs/webhooks.md)';
+
 /** The one place the service is assembled: every part is made here, and closed here. */
 export async function createService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
   const logger = deps.logger ?? createLogger(config.logLevel);
@@ -232,6 +237,11 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     dispatcher.start();
     replays = resends;
     logger.info({ webhookSubscribers: webhooks.urls.length }, describeWebhooks(webhooks));
+    const managed = config.auth.adminTokens.length > 0;
+    if (!managed) logger.info(MANAGEMENT_OFF);
+    if (encryptionKeys.length === 0 && (managed || webhooks.urls.length > 0)) {
+      logger.warn(KEYS_STORED_AS_THEY_ARE);
+    }
   }
 
   async function listen(): Promise<void> {

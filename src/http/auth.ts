@@ -69,21 +69,26 @@ export function bearerTokenOf(header: string | undefined): string | undefined {
   return match?.[1] || undefined;
 }
 
-function unauthorized(request: FastifyRequest): HttpError {
+/** A 401 for `request`; `off`, when set, is said instead of what is wrong with its token. */
+function unauthorized(request: FastifyRequest, off?: string): HttpError {
   const header = request.headers.authorization;
   if (!header) {
-    return new HttpError(401, 'a bearer token is required', { 'www-authenticate': CHALLENGE });
+    return new HttpError(401, off ?? 'a bearer token is required', {
+      'www-authenticate': CHALLENGE,
+    });
   }
   const scheme = /^bearer(?:[ \t]+(.*))?$/is.exec(header);
   if (!scheme) {
-    return new HttpError(401, 'the Authorization header must use the Bearer scheme', {
+    return new HttpError(401, off ?? 'the Authorization header must use the Bearer scheme', {
       'www-authenticate': CHALLENGE,
     });
   }
   if (!scheme[1]?.trim()) {
-    return new HttpError(401, 'the bearer token is empty', { 'www-authenticate': CHALLENGE });
+    return new HttpError(401, off ?? 'the bearer token is empty', {
+      'www-authenticate': CHALLENGE,
+    });
   }
-  return new HttpError(401, 'the bearer token is not valid', {
+  return new HttpError(401, off ?? 'the bearer token is not valid', {
     'www-authenticate': `${CHALLENGE}, error="invalid_token"`,
   });
 }
@@ -129,6 +134,11 @@ export interface AuthLimits {
    * insufficient_scope, never 401, and are not counted as failures.
    */
   otherScope?: { validElsewhere: (token: string) => boolean; message: string } | undefined;
+  /**
+   * Set when no token is configured for this scope, so none can pass: every 401 says this (what
+   * turns the scope on) rather than blaming the token the client sent.
+   */
+  offMessage?: string | undefined;
 }
 
 /** The failure throttle of `limits`, to share between scopes; undefined when it is off. */
@@ -186,7 +196,7 @@ export async function requireBearerToken(
       reply.header('connection', 'close');
       const retryAfter = await throttle?.recordFailure(request.ip);
       if (retryAfter !== undefined) throw tooManyFailures(retryAfter);
-      throw unauthorized(request);
+      throw unauthorized(request, limits.offMessage);
     }
     if (perToken) {
       const state = await perToken(request);

@@ -216,6 +216,8 @@ describe('migrations on a live database', () => {
       statement: '0100_plants_name_number',
       msg: 'migration failed',
     });
+    const { hostname, port, pathname } = new URL(url);
+    expect(last.database).toBe(`the PostgreSQL server at ${hostname}:${port || '5432'}${pathname}`);
   });
 
   it('runs a marked migration outside a transaction, once however many migrators start together', async () => {

@@ -326,7 +326,8 @@ describe('deliveries to endpoints', () => {
     expect(log[0]).toMatchObject({
       succeeded: false,
       response_status: null,
-      error: 'destination not allowed',
+      error:
+        'destination not allowed: its address is loopback, private or otherwise special-purpose; set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true to allow it (for local development and tests)',
     });
     expect(hook.requests).toHaveLength(0);
   });

@@ -214,7 +214,11 @@ describe('PUT and GET /webhooks/endpoints/{id}/headers', () => {
       ] as const) {
         const answer = await call(t, method, headersPath(missing), body);
         expect(answer.statusCode, `${method} ${missing}`).toBe(404);
-        expect(answer.json().message).toBe('no webhook endpoint has this id');
+        expect(answer.json().message).toBe(
+          missing === 'ep_1'
+            ? 'no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001'
+            : 'no webhook endpoint has this id',
+        );
       }
     }
     const configured = (await call(t, 'GET', '/webhooks/endpoints?limit=100'))

@@ -62,6 +62,12 @@ const rows = () =>
     'select id::text as id, secret, previous_secret, headers from webhook_endpoints order by webhook_endpoints.id',
   );
 
+/** How the command names the server of `database`: its address and database, no user. */
+function serverOf(database = t.database) {
+  const { hostname, port, pathname } = new URL(serverUrlOf(database));
+  return `the PostgreSQL server at ${hostname}:${port || '5432'}${pathname}`;
+}
+
 function rekey(args: string[], keys: string | undefined, database = t.database) {
   return run(process.execPath, ['dist/rekey.js', ...args], {
     DATABASE_URL: serverUrlOf(database),
@@ -124,7 +130,7 @@ describe('npm run webhooks:rekey', () => {
     const first = rekey(['--batch-size', '2'], RING);
     expect(await first.exited).toBe(1);
     expect(first.stdout).toStrictEqual([
-      '5 stored keys and 2 sets of custom headers re-sealed under the key "k2"',
+      `5 stored keys and 2 sets of custom headers re-sealed under the key "k2" in ${serverOf()}`,
     ]);
     expect(first.stderr).toStrictEqual([
       `plant-store: 2 endpoints have a stored key or custom headers that open under no key of WEBHOOK_ENCRYPTION_KEYS, left as they are: ${unreadables.map(endpointIdOf).join(', ')}`,
@@ -177,7 +183,7 @@ describe('npm run webhooks:rekey', () => {
     const again = rekey([], RING);
     expect(await again.exited).toBe(1);
     expect(again.stdout[0]).toBe(
-      '0 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+      `0 stored keys and 0 sets of custom headers re-sealed under the key "k2" in ${serverOf()}`,
     );
 
     await t.database.query('delete from webhook_endpoints where id = any($1::int8[])', [
@@ -186,7 +192,7 @@ describe('npm run webhooks:rekey', () => {
     const clean = rekey([], RING);
     expect(await clean.exited).toBe(0);
     expect(clean.stdout[0]).toBe(
-      '0 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+      `0 stored keys and 0 sets of custom headers re-sealed under the key "k2" in ${serverOf()}`,
     );
     expect(clean.stderr.filter((line) => line !== '')).toStrictEqual([]);
   });
@@ -217,7 +223,7 @@ describe('npm run webhooks:rekey', () => {
       await replica.query('commit');
       expect(await command.exited).toBe(0);
       expect(command.stdout).toStrictEqual([
-        '2 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+        `2 stored keys and 0 sets of custom headers re-sealed under the key "k2" in ${serverOf()}`,
       ]);
     } finally {
       await replica.end();
@@ -253,7 +259,7 @@ describe('npm run webhooks:rekey', () => {
       await replica.query('commit');
       expect(await command.exited).toBe(0);
       expect(command.stdout).toStrictEqual([
-        '1 stored keys and 1 sets of custom headers re-sealed under the key "k2"',
+        `1 stored key and 1 set of custom headers re-sealed under the key "k2" in ${serverOf()}`,
       ]);
     } finally {
       await replica.end();
@@ -283,7 +289,7 @@ describe('npm run webhooks:rekey', () => {
       const command = rekey([], RING, configured.database);
       expect(await command.exited).toBe(0);
       expect(command.stdout).toStrictEqual([
-        '1 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+        `1 stored key and 0 sets of custom headers re-sealed under the key "k2" in ${serverOf(configured.database)}`,
       ]);
       const [after] = await declared();
       expect(after?.secret).toMatch(/^aes256gcm-v2:k2:/);
@@ -308,7 +314,7 @@ describe('npm run webhooks:rekey', () => {
     const command = rekey(['--batch-size', '5'], RING);
     expect(await command.exited).toBe(0);
     expect(command.stdout).toStrictEqual([
-      '12 stored keys and 0 sets of custom headers re-sealed under the key "k2"',
+      `12 stored keys and 0 sets of custom headers re-sealed under the key "k2" in ${serverOf()}`,
     ]);
     const after = await rows();
     for (const [index, id] of ids.entries()) {

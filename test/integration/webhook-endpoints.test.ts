@@ -1,8 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isEndpointSecret } from '../../src/webhooks/security/secrets.js';
+import {
+  generateSecret,
+  isEndpointSecret,
+  sealSecret,
+} from '../../src/webhooks/security/secrets.js';
 import { startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { ringKey } from '../helpers/sealed.js';
 
 const ADMIN = 'admin-token-7c21e9';
 const ENCRYPTION_KEY = randomBytes(32).toString('base64');
@@ -143,8 +148,10 @@ describe('scopes', () => {
     expect(await counted()).toBe(1);
   });
 
-  it('refuses every token on the management API when no admin token is configured', async () => {
+  it('refuses every token on the management API when no admin token is configured, naming ADMIN_TOKENS', async () => {
     const plain = await startTestApp({ env: {} });
+    const off =
+      'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
     try {
       const plant = await plain.app.inject({
         method: 'GET',
@@ -152,6 +159,10 @@ describe('scopes', () => {
         headers: { authorization: `Bearer ${TOKEN}` },
       });
       expect(plant.statusCode).toBe(403);
+      expect(plant.json()).toStrictEqual({
+        error: 403,
+        message: `this token is for the plant API; ${off}`,
+      });
       const other = await plain.app.inject({
         method: 'GET',
         url: '/webhooks/endpoints',
@@ -159,6 +170,18 @@ describe('scopes', () => {
       });
       expect(other.statusCode).toBe(401);
       expect(other.headers['www-authenticate']).toBe(`${CHALLENGE}, error="invalid_token"`);
+      expect(other.json()).toStrictEqual({ error: 401, message: off });
+      const none = await plain.app.inject({ method: 'POST', url: '/webhooks/endpoints' });
+      expect(none.statusCode).toBe(401);
+      expect(none.headers['www-authenticate']).toBe(CHALLENGE);
+      expect(none.json()).toStrictEqual({ error: 401, message: off });
+      // The plant API is not concerned: its refusals say what they said.
+      const plants = await plain.app.inject({
+        method: 'GET',
+        url: '/plants',
+        headers: { authorization: `Bearer ${ADMIN}` },
+      });
+      expect(plants.json()).toStrictEqual({ error: 401, message: 'the bearer token is not valid' });
     } finally {
       await plain.close();
     }
@@ -256,6 +279,57 @@ describe('POST /webhooks/endpoints', () => {
   });
 });
 
+describe('an endpoint on a private host', () => {
+  const warningsOf = (id: string) =>
+    t.logs
+      .map((line) => JSON.parse(line))
+      .filter((line) => line.level === 'warn' && line.endpoint === id)
+      .map((line) => line.msg);
+  const warning = (id: string) =>
+    `the webhook endpoint ${id} has a loopback or private host: every delivery to it fails "destination not allowed" unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`;
+
+  it.each([
+    'http://localhost:4000/hook',
+    'http://127.0.0.1:4000/hook',
+    'http://[::1]:4000/hook',
+    'https://10.1.2.3/hook',
+  ])(
+    'is created (201) from %s, with a warning naming WEBHOOK_ALLOW_PRIVATE_NETWORKS',
+    async (url) => {
+      const endpoint = await create({ url });
+      expect(warningsOf(endpoint.id)).toStrictEqual([warning(endpoint.id)]);
+    },
+  );
+
+  it('is warned of when a PATCH moves it there, and a public host is not', async () => {
+    const endpoint = await create();
+    expect(warningsOf(endpoint.id)).toStrictEqual([]);
+    const path = `/webhooks/endpoints/${endpoint.id}`;
+    expect((await call('PATCH', path, { description: 'x' })).statusCode).toBe(200);
+    expect(warningsOf(endpoint.id)).toStrictEqual([]);
+    expect((await call('PATCH', path, { url: 'http://192.168.1.20/hook' })).statusCode).toBe(200);
+    expect(warningsOf(endpoint.id)).toStrictEqual([warning(endpoint.id)]);
+  });
+
+  it('is not warned of when WEBHOOK_ALLOW_PRIVATE_NETWORKS is true', async () => {
+    const allowing = await startTestApp({
+      env: { ADMIN_TOKENS: ADMIN, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' },
+    });
+    try {
+      const response = await allowing.app.inject({
+        method: 'POST',
+        url: '/webhooks/endpoints',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        payload: JSON.stringify({ url: 'http://localhost:4000/hook' }),
+      });
+      expect(response.statusCode).toBe(201);
+      expect(allowing.logs.join('\n')).not.toContain('WEBHOOK_ALLOW_PRIVATE_NETWORKS');
+    } finally {
+      await allowing.close();
+    }
+  });
+});
+
 describe('GET /webhooks/endpoints', () => {
   it('pages through every endpoint in ascending id order, with Link to the next page', async () => {
     for (let i = 0; i < 3; i++) await create({ description: `page ${i}` });
@@ -347,6 +421,51 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
     expectError(other, 415, /application\/merge-patch\+json or application\/json/);
   });
 
+  it('refuses, and changes nothing for, a field PATCH cannot change, saying where it is changed', async () => {
+    const endpoint = await create({ description: 'kept' });
+    const path = `/webhooks/endpoints/${endpoint.id}`;
+    const key = (await call('GET', `${path}/secret`)).json().key;
+    const stored = await storedEndpoint(endpoint.id);
+    for (const [body, message] of [
+      [
+        { secret: generateSecret(), description: 'changed' },
+        `body/secret cannot be changed by PATCH: POST /webhooks/endpoints/${endpoint.id}/secret/rotate sets a new signing key`,
+      ],
+      [
+        { headers: { 'x-greenhouse': 'north' } },
+        `body/headers cannot be set by PATCH: PUT /webhooks/endpoints/${endpoint.id}/headers sets them`,
+      ],
+      [{ id: 'ep_0000000000000abc' }, 'body/id is set by the service and cannot be changed'],
+      [
+        { createdAt: '2020-01-01T00:00:00Z' },
+        'body/createdAt is set by the service and cannot be changed',
+      ],
+      [{ configured: true }, 'body/configured is set by the service and cannot be changed'],
+    ] as const) {
+      const response = await call('PATCH', path, body);
+      expect(response.statusCode, JSON.stringify(body)).toBe(400);
+      expect(response.json()).toStrictEqual({ error: 400, message });
+    }
+    expect(await storedEndpoint(endpoint.id)).toStrictEqual(stored);
+    expect((await call('GET', `${path}/secret`)).json()).toStrictEqual({ key });
+  });
+
+  it('refuses custom headers in a create, saying where they are set, and creates nothing', async () => {
+    const count = () => t.database.query('select count(*)::int as n from webhook_endpoints');
+    const before = await count();
+    const response = await call('POST', '/webhooks/endpoints', {
+      url: 'https://receiver.example.com/plants',
+      headers: { 'x-greenhouse': 'north' },
+    });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toStrictEqual({
+      error: 400,
+      message:
+        'body/headers cannot be set when creating an endpoint: PUT /webhooks/endpoints/{id}/headers sets them once it exists',
+    });
+    expect(await count()).toStrictEqual(before);
+  });
+
   it('disabling fails the pending deliveries; enabling clears the reason and the failing run', async () => {
     const endpoint = await create();
     const key = keyOf(endpoint.id);
@@ -430,11 +549,22 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
     }
   });
 
-  it.each(['ep_1', 'ep_ffffffffffffffff', 'ep_00000000000000AB', '42'])(
-    'answers 404 to the malformed id %s',
+  it.each(['ep_1', 'ep_00000000000000AB', '42', '3'])(
+    'answers 404 to the malformed id %s, saying the form ids take',
     async (id) => {
-      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, /no webhook endpoint/);
-      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, /no webhook/);
+      const form =
+        /^no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001$/;
+      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, form);
+      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, form);
+    },
+  );
+
+  it.each(['ep_ffffffffffffffff', 'ep_0000000000000000', 'ep_00000000000000ff'])(
+    'answers 404 to the well-formed id %s of no endpoint, saying only that it is unknown',
+    async (id) => {
+      const unknown = /^no webhook endpoint has this id$/;
+      expectError(await call('GET', `/webhooks/endpoints/${id}`), 404, unknown);
+      expectError(await call('GET', `/webhooks/endpoints/${id}/attempts`), 404, unknown);
     },
   );
 
@@ -499,6 +629,25 @@ describe('secrets', () => {
     expect(copied.body).not.toContain(secret.slice('whsec_'.length));
     expect((await call('GET', `/webhooks/endpoints/${from.id}/secret`)).json()).toStrictEqual({
       key: secret,
+    });
+  });
+
+  it('answers 500 naming the key id the ring lacks, and says to add it back rather than rotate', async () => {
+    const endpoint = await create();
+    const sealed = sealSecret(generateSecret(), [ringKey('k0')], {
+      endpoint: keyOf(endpoint.id),
+      field: 'secret',
+    });
+    await t.database.query('update webhook_endpoints set secret = $1 where id = $2', [
+      sealed,
+      keyOf(endpoint.id),
+    ]);
+    const response = await call('GET', `/webhooks/endpoints/${endpoint.id}/secret`);
+    expect(response.statusCode).toBe(500);
+    expect(response.json()).toStrictEqual({
+      error: 500,
+      message:
+        'the secret of this endpoint is sealed under the key id "k0", which WEBHOOK_ENCRYPTION_KEYS does not hold: add that key back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)',
     });
   });
 

@@ -52,6 +52,7 @@ describe('endpoint secrets', () => {
     expect(() => openSecret(sealed, [k1], place)).toThrow(
       new SecretUnavailableError(
         'the secret is sealed under the key id "k2", which the encryption keys do not hold',
+        'k2',
       ),
     );
   });
@@ -73,7 +74,7 @@ describe('endpoint secrets', () => {
     const sealed = sealSecret(secret, [k1], place);
     expect(() => openSecret(sealed, [ringKey('k1')], place)).toThrow(SecretUnavailableError);
     expect(() => openSecret(sealed, [], place)).toThrow(
-      new SecretUnavailableError('the secret is encrypted and no encryption key is set'),
+      new SecretUnavailableError('the secret is encrypted and no encryption key is set', 'k1'),
     );
     const prefix = 'aes256gcm-v2:k1:';
     const bytes = Buffer.from(sealed.slice(prefix.length), 'base64');

@@ -194,13 +194,21 @@ export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
 export const DISABLED_SEND_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before sending to it';
+export const MALFORMED_ENDPOINT_ID_MESSAGE =
+  'no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001';
 export const UNKNOWN_EVENT_MESSAGE = 'this endpoint has no event with this id in its attempt log';
 export const CONFIGURED_MESSAGE =
   'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
 export const HEADERS_UNAVAILABLE_MESSAGE =
   'the custom headers of this endpoint cannot be read with the encryption key this service has; set them again to replace them';
-export const SECRET_UNAVAILABLE_MESSAGE =
-  'the secret of this endpoint cannot be read with the encryption key this service has; rotate it to set a new one';
+/**
+ * Why an endpoint's key cannot be read, and the fix that keeps it: the key that sealed it, back
+ * in the ring. A rotation would give the endpoint a key that none of its receivers knows.
+ */
+export const secretUnavailableMessage = (missingKeyId?: string) =>
+  missingKeyId === undefined
+    ? 'the secret of this endpoint cannot be read with the encryption keys this service has: add the key that sealed it back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)'
+    : `the secret of this endpoint is sealed under the key id "${missingKeyId}", which WEBHOOK_ENCRYPTION_KEYS does not hold: add that key back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)`;
 
 export const endpointErrorExamples = {
   invalidBody: {
@@ -217,6 +225,11 @@ export const endpointErrorExamples = {
   },
   invalidPatch: {
     url: error(400, 'body/url must be a string', 'null for url'),
+    secret: error(
+      400,
+      'body/secret cannot be changed by PATCH: POST /webhooks/endpoints/ep_0000000000000001/secret/rotate sets a new signing key',
+      'A new key belongs to the rotation',
+    ),
   },
   invalidKey: {
     key: error(
@@ -259,6 +272,11 @@ export const endpointErrorExamples = {
   },
   notFound: {
     endpoint: error(404, 'no webhook endpoint has this id', 'None has this id, or it was deleted'),
+    malformed: error(
+      404,
+      MALFORMED_ENDPOINT_ID_MESSAGE,
+      'The id is not of the form of endpoint ids',
+    ),
   },
   disabled: {
     disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
@@ -286,7 +304,7 @@ export const endpointErrorExamples = {
   secretUnavailable: {
     key: error(
       500,
-      SECRET_UNAVAILABLE_MESSAGE,
+      secretUnavailableMessage('k1'),
       'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
     ),
   },

@@ -3,12 +3,15 @@ import { HttpError } from '../../http/errors.js';
 import { parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
 import { INT64_MAX } from '../../kinds.js';
 import { attemptKeyOf, endpointKeyOf } from '../tables/ids.js';
-import { UNKNOWN_EVENT_MESSAGE } from './examples.js';
+import { MALFORMED_ENDPOINT_ID_MESSAGE, UNKNOWN_EVENT_MESSAGE } from './examples.js';
 import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */
 
 export const notFound = () => new HttpError(404, 'no webhook endpoint has this id');
+
+/** A path id that is not of the form of endpoint ids: 404 as for an unknown one, saying the form. */
+export const malformedEndpointId = () => new HttpError(404, MALFORMED_ENDPOINT_ID_MESSAGE);
 
 /** The row key an `ep_` id names; undefined for anything else, which names no endpoint. */
 export function endpointKey(id: string): bigint | undefined {
@@ -19,6 +22,7 @@ export function endpointKey(id: string): bigint | undefined {
 /** A path id that is not an endpoint's names none: 404, as for one that was deleted. */
 export async function readEndpointId(request: FastifyRequest): Promise<void> {
   const { id } = request.params as { id: string };
+  if (endpointKeyOf(id) === undefined) throw malformedEndpointId();
   if (endpointKey(id) === undefined) throw notFound();
 }
 
@@ -79,4 +83,41 @@ export async function readAttemptPage(request: FastifyRequest): Promise<void> {
     throw new HttpError(400, 'querystring/status must be succeeded or failed');
   }
   request.query = pageQuery(limit, { after, status });
+}
+
+/** Fields of an endpoint that only the service sets. */
+const SET_BY_THE_SERVICE = ['id', 'configured', 'disabledReason', 'createdAt', 'updatedAt'];
+
+/**
+ * A field of a PATCH body that the resource has, or that another operation changes, but that
+ * PATCH does not: 400 saying where to go, rather than a 200 that changed nothing. Unknown fields
+ * are still ignored.
+ */
+export function unpatchableField(body: object, id: string): HttpError | undefined {
+  if (Object.hasOwn(body, 'secret')) {
+    return new HttpError(
+      400,
+      `body/secret cannot be changed by PATCH: POST /webhooks/endpoints/${id}/secret/rotate sets a new signing key`,
+    );
+  }
+  if (Object.hasOwn(body, 'headers')) {
+    return new HttpError(
+      400,
+      `body/headers cannot be set by PATCH: PUT /webhooks/endpoints/${id}/headers sets them`,
+    );
+  }
+  const field = SET_BY_THE_SERVICE.find((name) => Object.hasOwn(body, name));
+  return field === undefined
+    ? undefined
+    : new HttpError(400, `body/${field} is set by the service and cannot be changed`);
+}
+
+/** Custom headers in a create's body: 400, since only PUT .../headers sets them. */
+export function headersOnCreate(body: object): HttpError | undefined {
+  return Object.hasOwn(body, 'headers')
+    ? new HttpError(
+        400,
+        'body/headers cannot be set when creating an endpoint: PUT /webhooks/endpoints/{id}/headers sets them once it exists',
+      )
+    : undefined;
 }

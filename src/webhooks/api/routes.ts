@@ -1,5 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type AuthLimits, requireBearerToken } from '../../http/auth.js';
 import { answerWithin } from '../../http/deadline.js';
 import { HttpError } from '../../http/errors.js';
@@ -9,6 +9,7 @@ import { INT64_MAX } from '../../kinds.js';
 import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from '../catalog/event-types.js';
 import type { Dispatcher } from '../delivery/engine.js';
 import type { Replays } from '../delivery/replays.js';
+import { forbiddenHost } from '../security/destination.js';
 import { SecretUnavailableError } from '../security/secrets.js';
 import { attemptIdOf, attemptKeyOf, endpointIdOf } from '../tables/ids.js';
 import type { EndpointStore } from './endpoints.js';
@@ -17,13 +18,14 @@ import {
   DISABLED_MESSAGE,
   DISABLED_SEND_MESSAGE,
   HEADERS_UNAVAILABLE_MESSAGE,
-  SECRET_UNAVAILABLE_MESSAGE,
+  secretUnavailableMessage,
 } from './examples.js';
 import { operations } from './operations.js';
 import {
   bodyOrEmpty,
   endpointKey,
   eventUuidOf,
+  headersOnCreate,
   keyOfRequest,
   notFound,
   readAttemptPage,
@@ -31,8 +33,9 @@ import {
   readEndpointPage,
   readEventId,
   unknownEvent,
+  unpatchableField,
 } from './parameters.js';
-import { PAGE_LIMIT_DEFAULT } from './schemas.js';
+import { type Endpoint, PAGE_LIMIT_DEFAULT } from './schemas.js';
 import { attemptsJson, endpointOf } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -57,6 +60,8 @@ export interface EndpointRoutesOptions {
   replays: () => Replays;
   /** The delivery engine, which sends tests; throws (503) until it runs. */
   dispatcher: () => Pick<Dispatcher, 'test'>;
+  /** WEBHOOK_ALLOW_PRIVATE_NETWORKS: when off, an endpoint on a private host is warned of. */
+  allowPrivateNetworks?: boolean | undefined;
 }
 
 export async function endpointRoutes(
@@ -74,14 +79,25 @@ export async function endpointRoutes(
     (await answered(endpoints().get(keyOfRequest(request))))?.configured
       ? new HttpError(409, CONFIGURED_MESSAGE)
       : notFound();
+  /** Accepted, since a name's addresses are judged at connect time; a literal one is known now. */
+  const warnIfPrivate = (request: FastifyRequest, endpoint: Endpoint) => {
+    if (options.allowPrivateNetworks || !forbiddenHost(new URL(endpoint.url).hostname)) return;
+    request.log.warn(
+      { endpoint: endpoint.id },
+      `the webhook endpoint ${endpoint.id} has a loopback or private host: every delivery to it fails "destination not allowed" unless WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`,
+    );
+  };
 
   api.post(BASE, { schema: operations.createWebhookEndpoint }, async (request, reply) => {
+    const refused = headersOnCreate(request.body);
+    if (refused) throw refused;
     const { url, description = '', disabled = false, secret } = request.body;
     const { events = DEFAULT_EVENT_TYPES, rateLimit = null } = request.body;
     const created = { url, description, disabled, events, rateLimit, secret };
     const row = await answered(endpoints().create(created));
     changed(row.id);
     const endpoint = endpointOf(row);
+    warnIfPrivate(request, endpoint);
     return reply.code(201).header('location', `${BASE}/${endpoint.id}`).send(endpoint);
   });
 
@@ -127,6 +143,8 @@ export async function endpointRoutes(
         `${BASE}/:id`,
         { schema: operations.updateWebhookEndpoint, preValidation: readEndpointId },
         async (request) => {
+          const refused = unpatchableField(request.body, request.params.id);
+          if (refused) throw refused;
           const { url, description, disabled, events, rateLimit } = request.body;
           const patch = {
             url,
@@ -138,7 +156,9 @@ export async function endpointRoutes(
           const row = await answered(endpoints().patch(keyOfRequest(request), patch));
           if (!row) throw await notChangeable(request);
           changed(String(keyOfRequest(request)));
-          return endpointOf(row);
+          const endpoint = endpointOf(row);
+          if (url !== undefined) warnIfPrivate(request, endpoint);
+          return endpoint;
         },
       );
   });
@@ -171,7 +191,12 @@ export async function endpointRoutes(
         key = await answered(endpoints().secret(keyOfRequest(request)));
       } catch (error) {
         if (!(error instanceof SecretUnavailableError)) throw error;
-        throw new HttpError(500, SECRET_UNAVAILABLE_MESSAGE, {}, { cause: error });
+        throw new HttpError(
+          500,
+          secretUnavailableMessage(error.missingKeyId),
+          {},
+          { cause: error },
+        );
       }
       if (key === undefined) throw await notChangeable(request);
       reply.header('cache-control', 'no-store');

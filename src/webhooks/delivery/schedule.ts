@@ -55,7 +55,8 @@ export function nextStep(
 
 /** The refusals made before connecting, as the attempt log says them. */
 const errorMessages: Record<string, string> = {
-  EDESTINATIONNOTALLOWED: 'destination not allowed',
+  EDESTINATIONNOTALLOWED:
+    'destination not allowed: its address is loopback, private or otherwise special-purpose; set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true to allow it (for local development and tests)',
   ESECRETUNAVAILABLE: "the endpoint's signing secret cannot be read",
   EHEADERSUNAVAILABLE: "the endpoint's custom headers cannot be read",
 };

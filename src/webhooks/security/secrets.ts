@@ -26,6 +26,13 @@ export function isEndpointSecret(value: string): boolean {
 /** The secret cannot be read: sealed under a key this process was not given, or elsewhere. */
 export class SecretUnavailableError extends Error {
   override name = 'SecretUnavailableError';
+  constructor(
+    message: string,
+    /** The key id the value names and the ring lacks, when that is why (ids are not secret). */
+    readonly missingKeyId?: string,
+  ) {
+    super(message);
+  }
 }
 
 /** An AES-256-GCM key and the id the values it seals are stored with. */
@@ -103,16 +110,21 @@ function decrypt(bytes: Buffer, key: KeyObject, context: Buffer): string | undef
  */
 export function openSecret(stored: string, keys: KeyRing, place: SealedPlace): string {
   if (stored.startsWith(PLAIN)) return stored.slice(PLAIN.length);
+  const separator = stored.startsWith(NAMED) ? stored.indexOf(':', NAMED.length) : -1;
+  const namedId = separator === -1 ? undefined : stored.slice(NAMED.length, separator);
   if (keys.length === 0 && (stored.startsWith(NAMED) || stored.startsWith(UNNAMED))) {
-    throw new SecretUnavailableError('the secret is encrypted and no encryption key is set');
+    throw new SecretUnavailableError(
+      'the secret is encrypted and no encryption key is set',
+      namedId,
+    );
   }
   if (stored.startsWith(NAMED)) {
-    const separator = stored.indexOf(':', NAMED.length);
-    const id = stored.slice(NAMED.length, separator);
+    const id = namedId ?? '';
     const entry = keys.find((key) => key.id === id);
-    if (separator === -1 || entry === undefined) {
+    if (namedId === undefined || entry === undefined) {
       throw new SecretUnavailableError(
         `the secret is sealed under the key id "${id}", which the encryption keys do not hold`,
+        namedId,
       );
     }
     const bytes = Buffer.from(stored.slice(separator + 1), 'base64');
