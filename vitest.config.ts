@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 import { chromiumCandidate, chromiumPath } from './test/helpers/chromium.js';
+import { promtoolPath } from './test/helpers/promtool.js';
 
 /** Where a PostgreSQL server for the tests comes from, if anywhere. */
 async function postgresServerSource(): Promise<string | undefined> {
@@ -118,6 +119,12 @@ if (chromiumPath === undefined) {
   noticeOnce(
     'CHROMIUM',
     `Browser test skipped: no Chromium at ${chromiumCandidate} (apt-get install chromium, or set CHROMIUM_PATH).`,
+  );
+}
+if (promtoolPath === undefined) {
+  noticeOnce(
+    'PROMTOOL',
+    'Alert rule tests skipped: no promtool on PATH (apt-get install prometheus).',
   );
 }
 projects.push({

@@ -1,7 +1,17 @@
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createScratchDatabase, type ScratchDatabase, testEngine } from '../helpers/database.js';
 import { projectFile } from '../helpers/deploy-files.js';
@@ -15,7 +25,8 @@ import {
 
 // The README and the pages of docs/ are run as a reader runs them: every command of their
 // console blocks, page after page in the order of the README's map, on one fresh store, its
-// output compared with what the page shows after it (docs/development.md says how).
+// output compared with what the page shows after it (docs/development.md says how). Then the
+// store is emptied as the README's "Start again" says, and the pages are walked once more.
 
 const README_ORIGIN = 'http://localhost:3000';
 const RECEIVER_PORT = '4000';
@@ -64,7 +75,15 @@ const notRun: { command: RegExp; why: string }[] = [
   },
   {
     command: /^(rm -rf \.data|psql .*TRUNCATE .*)$/,
-    why: "it empties the reader's own store; this test starts on a fresh one",
+    why: "it empties the reader's own store; this test runs the SQL (or removes .data) before its second walk",
+  },
+  {
+    command: /^(npm pack|npm install \S+\.tgz)$/,
+    why: 'it packs and installs the client; typescript-client-package.test.ts does, and this test builds the client into its scratch directory',
+  },
+  {
+    command: /^npm run client:generate$/,
+    why: "it rewrites the client's generated code; typescript-client-generated.test.ts runs the generator",
   },
   {
     command: /^(systemctl --user start podman\.socket|export \w+=\S+)$/,
@@ -72,23 +91,27 @@ const notRun: { command: RegExp; why: string }[] = [
   },
 ];
 
-type Kind = 'run' | 'start' | 'background' | 'shown';
+type Kind = 'run' | 'start' | 'background' | 'shown' | 'file';
 
 interface Step {
   page: string;
   line: number;
   kind: Kind;
+  /** For a file, its name. */
   command: string;
+  /** For a file, its content. */
   output: string;
 }
 
-/** The pages in reading order: the README, then docs/ as its map lists them. */
+/** The pages in reading order: the README, then docs/ and the client's as its map lists them. */
 function pages(): string[] {
   const readme = projectFile('README.md');
   const map = readme.slice(readme.indexOf('## Documentation'));
   return [
     'README.md',
-    ...[...map.matchAll(/\]\((docs\/[a-z-]+\.md)\)/g)].map(([, page = '']) => page),
+    ...[...map.matchAll(/\]\(((?:docs\/[a-z-]+|clients\/[a-z-]+\/README)\.md)\)/g)].map(
+      ([, page = '']) => page,
+    ),
   ];
 }
 
@@ -97,11 +120,17 @@ function continues(command: string): boolean {
   return command.endsWith('\\') || (command.replaceAll('\\"', '').split('"').length - 1) % 2 === 1;
 }
 
-/** The commands of a page's console and sh blocks, each with the output shown after it. */
+/**
+ * The commands of a page's console and sh blocks, each with the output shown after it, and the
+ * code blocks the paragraph before them has the reader save (`Saved as \`name\``).
+ */
 function stepsOf(page: string): Step[] {
   const steps: Step[] = [];
   let block: Kind | undefined;
   let current: (Step & { open: boolean }) | undefined;
+  // The last paragraph of prose, and whether a blank line has ended it.
+  let paragraph = '';
+  let paragraphEnded = false;
   const finish = () => {
     if (current) steps.push({ ...current, output: current.output.trimEnd() });
     current = undefined;
@@ -112,6 +141,13 @@ function stepsOf(page: string): Step[] {
       if (text.startsWith('```')) {
         finish();
         const info = text.slice(3).trim();
+        const saved = block === undefined ? /Saved as `([\w.-]+)`/.exec(paragraph)?.[1] : undefined;
+        paragraph = '';
+        if (info !== '' && saved !== undefined) {
+          block = 'file';
+          current = { page, line: index + 1, kind: block, command: saved, output: '', open: false };
+          return;
+        }
         block =
           info === 'console'
             ? 'run'
@@ -122,7 +158,19 @@ function stepsOf(page: string): Step[] {
                 : undefined;
         return;
       }
-      if (block === undefined) return;
+      if (block === undefined) {
+        if (text.trim() === '') {
+          paragraphEnded = true;
+        } else {
+          paragraph = paragraphEnded ? text : `${paragraph} ${text}`;
+          paragraphEnded = false;
+        }
+        return;
+      }
+      if (block === 'file') {
+        if (current) current.output += `${text}\n`;
+        return;
+      }
       if (current?.open) {
         current.command += `\n${text}`;
         current.open = continues(current.command);
@@ -191,6 +239,7 @@ async function waitFor(condition: () => boolean, withinMs: number): Promise<void
   }
 }
 
+const runFile = promisify(execFile);
 const steps = pages().flatMap(stepsOf);
 
 describe('the README and docs/', () => {
@@ -215,20 +264,116 @@ describe('the README and docs/', () => {
     service = undefined;
   };
 
+  /** Stops the commands left running in the background, as a reader closes their terminal. */
+  const stopBackground = async () => {
+    for (const running of background) {
+      if (running.child.exitCode !== null || running.child.signalCode !== null) continue;
+      process.kill(-(running.child.pid ?? 0), 'SIGKILL');
+      await running.exited;
+    }
+  };
+
+  /**
+   * Runs one step of a page, and compares what it prints with what the page shows; `again` on
+   * the walk after the README's Start again.
+   */
+  const runStep = async (step: Step, again = false) => {
+    const env: Record<string, string> = { HOME: scratch };
+    if (step.kind === 'start') {
+      await stopService();
+      if (database?.url) env.DATABASE_URL = database.url;
+      const started = await startServer(
+        { ...env, PORT: port, HOST: '127.0.0.1' },
+        {
+          command: 'bash',
+          args: ['-c', local(step.command).replace(/npm start$/, 'exec node dist/server.js')],
+          cwd: scratch,
+        },
+      );
+      service = started;
+      // Emptied tables keep their schema: a server's second start applies no migration.
+      const expected = shownMessages(step.output).filter(
+        (message) => !(again && database?.url && message.source.includes('"msg":"applied')),
+      );
+      for (const message of expected) {
+        expect(
+          started.stdout.some((line) => message.test(line)),
+          String(message),
+        ).toBe(true);
+      }
+      return;
+    }
+    if (step.kind === 'file') {
+      writeFileSync(join(scratch, step.command), local(step.output));
+      return;
+    }
+    if (step.kind === 'background') {
+      background.push({
+        ...run('bash', ['-c', local(step.command)], env, { cwd: scratch, detached: true }),
+        ...step,
+      });
+      return;
+    }
+    const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>((resolve) => {
+      const child = spawn('bash', ['-c', local(step.command)], {
+        cwd: scratch,
+        env: { PATH: process.env.PATH ?? '', ...env },
+      });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (chunk: Buffer) => (out += chunk));
+      child.stderr.on('data', (chunk: Buffer) => (err += chunk));
+      child.on('close', () => resolve({ stdout: out, stderr: err }));
+    });
+    // A command that only fails prints on stderr, as the reader's terminal shows it.
+    const printed = stdout === '' ? stderr : stdout;
+    if (!step.output.startsWith('HTTP/')) {
+      expect(printed.trimEnd()).toBe(step.output);
+      return;
+    }
+    const shown = parseAnswer(step.output);
+    const answer = parseAnswer(printed);
+    expect(answer.status).toBe(shown.status);
+    expect(answer.body).toBe(shown.body);
+    for (const [name, value] of shown.headers) {
+      const sent = answer.headers.find(([candidate]) => candidate === name)?.[1];
+      if (name === 'x-request-id') expect(sent).toMatch(UUID);
+      else expect(sent, name).toBe(value);
+    }
+    const unshown = answer.headers
+      .filter(([name]) => !shown.headers.some(([candidate]) => candidate === name))
+      .map(([name, value]) => (name === 'connection' ? `${name}: ${value}` : name))
+      .filter((header) => !leftOut.has(header));
+    expect(unshown).toStrictEqual([]);
+  };
+
   beforeAll(async () => {
-    // A reader's directory: the project's build and packages, and nothing of theirs.
+    // A reader's directory: the project's build and packages, and nothing of theirs; the
+    // client as its README has it installed, built from its sources into the directory.
     scratch = mkdtempSync(join(tmpdir(), 'plant-store-readme-'));
     symlinkSync(join(projectRoot, 'dist'), join(scratch, 'dist'));
-    symlinkSync(join(projectRoot, 'node_modules'), join(scratch, 'node_modules'));
+    const client = join(scratch, 'client');
+    await runFile('npx', ['tsc', '-p', 'tsconfig.build.json', '--outDir', join(client, 'dist')], {
+      cwd: join(projectRoot, 'clients/typescript'),
+    });
+    copyFileSync(
+      join(projectRoot, 'clients/typescript/package.json'),
+      join(client, 'package.json'),
+    );
+    mkdirSync(join(scratch, 'node_modules/@plant-store'), { recursive: true });
+    for (const name of readdirSync(join(projectRoot, 'node_modules'))) {
+      if (name !== '@plant-store') {
+        symlinkSync(join(projectRoot, 'node_modules', name), join(scratch, 'node_modules', name));
+      }
+    }
+    symlinkSync(client, join(scratch, 'node_modules/@plant-store/client'));
     if (testEngine() === 'postgres') database = await createScratchDatabase({ migrated: false });
     port = String(await freePort());
     receiverPort = String(await freePort());
-  });
+  }, 120_000);
   afterAll(async () => {
     await stopService();
-    for (const running of background) {
-      if (running.child.exitCode === null) process.kill(-(running.child.pid ?? 0), 'SIGKILL');
-    }
+    await stopBackground();
     await database?.drop();
     rmSync(scratch, { recursive: true, force: true });
   });
@@ -249,71 +394,32 @@ describe('the README and docs/', () => {
   );
 
   const runSteps = steps.filter(({ kind }) => kind !== 'shown');
+  it.each(runSteps)('$page line $line answers as it shows', (step) => runStep(step), 120_000);
+
+  // The README's own way to start again: its SQL on a server, its rm on the embedded engine.
+  it('starts again from an empty store as the README says', async () => {
+    const reset = steps.find(
+      ({ page, kind, command }) =>
+        page === 'README.md' &&
+        kind === 'shown' &&
+        (testEngine() === 'postgres' ? /^psql .*TRUNCATE/ : /^rm -rf \.data$/).test(command),
+    );
+    expect(reset).toBeDefined();
+    await stopService();
+    await stopBackground();
+    if (database?.url) {
+      const sql = /-c '([^']+)'$/.exec(reset?.command ?? '')?.[1] ?? '';
+      const client = new pg.Client({ connectionString: database.url });
+      await client.connect();
+      await client.query(sql).finally(() => client.end());
+    } else {
+      rmSync(join(scratch, '.data'), { recursive: true, force: true });
+    }
+  });
+
   it.each(runSteps)(
-    '$page line $line answers as it shows',
-    async (step) => {
-      const env: Record<string, string> = { HOME: scratch };
-      if (step.kind === 'start') {
-        await stopService();
-        if (database?.url) env.DATABASE_URL = database.url;
-        const started = await startServer(
-          { ...env, PORT: port, HOST: '127.0.0.1' },
-          {
-            command: 'bash',
-            args: ['-c', local(step.command).replace(/npm start$/, 'exec node dist/server.js')],
-            cwd: scratch,
-          },
-        );
-        service = started;
-        for (const message of shownMessages(step.output)) {
-          expect(
-            started.stdout.some((line) => message.test(line)),
-            String(message),
-          ).toBe(true);
-        }
-        return;
-      }
-      if (step.kind === 'background') {
-        background.push({
-          ...run('bash', ['-c', local(step.command)], env, { cwd: scratch, detached: true }),
-          ...step,
-        });
-        return;
-      }
-      const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>(
-        (resolve) => {
-          const child = spawn('bash', ['-c', local(step.command)], {
-            cwd: scratch,
-            env: { PATH: process.env.PATH ?? '', ...env },
-          });
-          let out = '';
-          let err = '';
-          child.stdout.on('data', (chunk: Buffer) => (out += chunk));
-          child.stderr.on('data', (chunk: Buffer) => (err += chunk));
-          child.on('close', () => resolve({ stdout: out, stderr: err }));
-        },
-      );
-      // A command that only fails prints on stderr, as the reader's terminal shows it.
-      const printed = stdout === '' ? stderr : stdout;
-      if (!step.output.startsWith('HTTP/')) {
-        expect(printed.trimEnd()).toBe(step.output);
-        return;
-      }
-      const shown = parseAnswer(step.output);
-      const answer = parseAnswer(printed);
-      expect(answer.status).toBe(shown.status);
-      expect(answer.body).toBe(shown.body);
-      for (const [name, value] of shown.headers) {
-        const sent = answer.headers.find(([candidate]) => candidate === name)?.[1];
-        if (name === 'x-request-id') expect(sent).toMatch(UUID);
-        else expect(sent, name).toBe(value);
-      }
-      const unshown = answer.headers
-        .filter(([name]) => !shown.headers.some(([candidate]) => candidate === name))
-        .map(([name, value]) => (name === 'connection' ? `${name}: ${value}` : name))
-        .filter((header) => !leftOut.has(header));
-      expect(unshown).toStrictEqual([]);
-    },
+    'again: $page line $line answers as it shows',
+    (step) => runStep(step, true),
     120_000,
   );
 
