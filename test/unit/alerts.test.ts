@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { createMetrics } from '../../src/http/metrics.js';
-import { createWebhookMetrics } from '../../src/webhooks/metrics.js';
+import { createWebhookMetrics } from '../../src/webhooks/delivery/metrics.js';
 import { projectFile } from '../helpers/deploy-files.js';
 import { projectRoot } from '../helpers/process.js';
 import { promtoolPath } from '../helpers/promtool.js';
