@@ -585,6 +585,35 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
       [id],
     );
 
+  it('claims again at once a delivery given back because its fan-out answered after the start window', async () => {
+    const secret = generateSecret();
+    const hook = await receiver(secret);
+    const t = await app({}, { webhookTiming: { pollIntervalMs: 60_000, startWindowMs: 100 } });
+    const key = await endpoint(t, hook.url, secret);
+    // The fan-out's insert waits for the endpoint's row, which this transaction holds.
+    const client = await connection(t);
+    await client.query('begin');
+    await client.query('select 1 from webhook_endpoints where id = $1 for update', [key]);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    const waiting = () =>
+      t.database.query<{ n: number }>(
+        `select count(*)::int4 as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'`,
+      );
+    expect(await eventually(waiting, ([row]) => row?.n === 1)).toStrictEqual([{ n: 1 }]);
+    // Past the start window, the delivery it answers with is given back, not attempted.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await client.query('commit');
+    const [request] = await hook.waitFor(1, 5000);
+    expect(request?.verified).toBe(true);
+    const [attempt] = await eventually(
+      () => t.database.query<{ trigger: string }>('select trigger from webhook_attempts'),
+      (rows) => rows.length === 1,
+    );
+    // Given back, it was not an attempt: its first is the delivery's own, not a retry.
+    expect(attempt?.trigger).toBe('delivery');
+  });
+
   it('sends a create committed after an endpoint was made, in a transaction begun before it', async () => {
     const secret = generateSecret();
     const hook = await receiver(secret);

@@ -155,6 +155,52 @@ describe('the trigger of each attempt', () => {
   });
 });
 
+describe("the operator's redeliver", () => {
+  it("recovers as the API's recover does: afresh, and never a disabled endpoint's", async () => {
+    const t = await app();
+    await t.dispatcher?.stop(0);
+    const keyOf = async (body: Record<string, unknown>) => {
+      const created = await admin(t, 'POST', '/webhooks/endpoints', body);
+      expect(created.statusCode, created.body).toBe(201);
+      return BigInt(`0x${created.json<{ id: string }>().id.slice(3)}`).toString();
+    };
+    const enabled = await keyOf({ url: 'http://127.0.0.1:9/enabled' });
+    const disabled = await keyOf({ url: 'http://127.0.0.1:9/disabled', disabled: true });
+    await t.database.query(
+      `insert into webhook_deliveries (event_id, endpoint_id, body, attempts, failed_at, last_status,
+                                       last_error)
+       select gen_random_uuid(), id, '{"id":1}', 2, now(), 500, 'HTTP 500' from unnest($1::int8[]) as id`,
+      [[enabled, disabled]],
+    );
+    expect(await redeliverFailed(t.appDatabase.db, {}, true)).toBe(1);
+    expect(await redeliverFailed(t.appDatabase.db, {})).toBe(1);
+    const rows = await t.database.query(
+      `select endpoint_id::text as endpoint, failed_at is not null as failed, trigger, attempts,
+              last_status, last_error
+         from webhook_deliveries order by endpoint_id`,
+    );
+    expect(rows).toStrictEqual([
+      {
+        endpoint: enabled,
+        failed: false,
+        trigger: 'recover',
+        attempts: 0,
+        last_status: null,
+        last_error: null,
+      },
+      // Nothing would send it: it waits, given up, for the endpoint to be enabled.
+      {
+        endpoint: disabled,
+        failed: true,
+        trigger: 'delivery',
+        attempts: 2,
+        last_status: 500,
+        last_error: 'HTTP 500',
+      },
+    ]);
+  });
+});
+
 describe('POST /webhooks/endpoints/{id}/events/{eventId}/resend', () => {
   it('sends a delivered event and a failed one again, with their webhook-id, signed', async () => {
     let status = 200;

@@ -5,6 +5,7 @@ import { rfc3339 } from '../../db/rfc3339.js';
 import { INT64_MAX } from '../../kinds.js';
 import { endpointDisabledEvents } from '../catalog/event-bodies.js';
 import { givenUp } from '../delivery/given-up.js';
+import { createRecovery } from '../delivery/recovery.js';
 import { type CustomHeaders, openHeaders, sealHeaders } from '../security/custom-headers.js';
 import { generateSecret, type KeyRing, openSecret, sealSecret } from '../security/secrets.js';
 import {
@@ -216,23 +217,7 @@ export function createEndpointStore(
          where e.id = ${endpointKey}
          order by a.id desc`,
   );
-  const recovery = prepareStatement<{ disabled: boolean; recovering: number }>(
-    db,
-    'webhook_endpoint_recover',
-    sql`with endpoint as (
-          select id, disabled from webhook_endpoints where id = ${endpointKey}
-        ),
-        recovered as (
-          update webhook_deliveries d
-             set failed_at = null, attempts = 0, next_attempt_at = now(),
-                 last_status = null, last_error = null, trigger = 'recover'
-            from endpoint
-           where d.endpoint_id = endpoint.id and not endpoint.disabled
-             and d.failed_at >= ${placeholder('since')}::timestamptz and d.trigger <> 'test'
-          returning 1
-        )
-        select disabled, (select count(*) from recovered)::int as recovering from endpoint`,
-  );
+  const recovery = createRecovery(db, 'webhook_endpoint_recover');
 
   const keyOf = (key: bigint) => ({ id: key.toString() });
   const secretOf = (key: bigint | string) =>
@@ -333,9 +318,9 @@ export function createEndpointStore(
      * how many; undefined when there is no such endpoint, 'disabled' when it is disabled.
      */
     async recover(key: bigint, since: string) {
-      const [row] = await recovery.execute({ ...keyOf(key), since });
-      if (!row) return undefined;
-      return row.disabled ? ('disabled' as const) : row.recovering;
+      const { disabled, count } = await recovery({ endpoint: key, failedSince: since });
+      if (disabled === undefined) return undefined;
+      return disabled ? ('disabled' as const) : count;
     },
   };
 }

@@ -106,6 +106,11 @@ export function createDispatcher(options: DispatcherOptions) {
    * it by polling; so does this process when the outcome could not be written.
    */
   const retryWakes = new WeakMap<Outcome, { lane: Lane; delayMs: number }>();
+  /**
+   * A delivery given back while running (e.g. its start window passed before its claim was
+   * answered), and its endpoint: claimed again once that is written; else only a poll would.
+   */
+  const givenBack = new WeakMap<Outcome, string>();
 
   /** The lane of a delivery, brought up to date with what its claim read of its endpoint. */
   function laneOf(delivery: ClaimedDelivery): Lane {
@@ -140,7 +145,9 @@ export function createDispatcher(options: DispatcherOptions) {
     delivery.claimedAt <= (changedAt.get(delivery.endpoint.key) ?? Number.NEGATIVE_INFINITY);
 
   function release(delivery: ClaimedDelivery): void {
-    record({ kind: 'released', id: delivery.id, claim: delivery.claim });
+    const released = { kind: 'released' as const, id: delivery.id, claim: delivery.claim };
+    if (!stopping) givenBack.set(released, delivery.endpoint.key);
+    record(released);
   }
 
   function pump(lane: Lane): void {
@@ -313,14 +320,18 @@ export function createDispatcher(options: DispatcherOptions) {
   /**
    * A batch of outcomes is written. Giving a delivery up or disabling an endpoint may have
    * recorded an event (deliveryExhausted, endpointDisabled): it is fanned out now, not at the
-   * next poll.
+   * next poll; so are the retries and the deliveries given back claimed when due.
    */
   function recorded(batch: readonly Outcome[], disabled: DisabledEndpoint[]): void {
+    const released = new Set<string>();
     for (const outcome of batch) {
       // Written, the retry is due `delayMs` after its statement began: before now.
       const wake = retryWakes.get(outcome);
       if (wake) wakeAt(wake.lane, performance.now() + wake.delayMs);
+      const key = givenBack.get(outcome);
+      if (key !== undefined) released.add(key);
     }
+    for (const key of released) claimFor(key);
     if (disabled.length > 0) disabledByReceivers(disabled);
     if (disabled.length > 0 || batch.some((outcome) => outcome.kind === 'failed')) wakeFanOut();
   }
@@ -411,6 +422,13 @@ export function createDispatcher(options: DispatcherOptions) {
           claimForEndpoints();
         }
       });
+  }
+
+  /** Claims the due deliveries of endpoint `key`: on its lane, or with every endpoint's. */
+  function claimFor(key: string): void {
+    const lane = lanes.get(key);
+    if (lane) claim(lane);
+    else claimForEndpoints();
   }
 
   /** Hands claimed deliveries to their lanes; a full lane gives them back. */
@@ -542,11 +560,7 @@ export function createDispatcher(options: DispatcherOptions) {
      * Deliveries of an endpoint were made due here (a recover, a resend): claimed at once rather
      * than at the next poll, without giving back what its lane holds.
      */
-    deliveriesDue(key: string): void {
-      const lane = lanes.get(key);
-      if (lane) claim(lane);
-      else claimForEndpoints();
-    },
+    deliveriesDue: claimFor,
     /** Starts looking for events and due deliveries: retries, and what other processes left. */
     start(): void {
       if (running) return;

@@ -10,7 +10,13 @@ import {
 } from '../tables/locks.js';
 import type { DeliveryTrigger } from '../tables/triggers.js';
 import { missedLog } from './given-up.js';
-import { createClockReading, type PacedColumns, type Pacing, pacingOf } from './pacing.js';
+import {
+  type ClockReading,
+  createClockReading,
+  type PacedColumns,
+  type Pacing,
+  pacingOf,
+} from './pacing.js';
 import { ENGINE_TIMING, paceWindowMsFor } from './timing.js';
 
 /** An endpoint as a claim reads it: what its next attempt is sent to and signed with. */
@@ -121,9 +127,13 @@ export type Outbox = ReturnType<typeof createOutbox>;
 
 /**
  * The statements that hand deliveries to dispatchers, each prepared once; a process holds the
- * deliveries it claims for `leaseMs`, then any process may claim them.
+ * deliveries it claims for `leaseMs`, then any process may claim them. `clock` reads the
+ * database's slot times on this process's clock (a test's may read them as they are).
  */
-export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
+export function createOutbox(
+  db: Database,
+  { leaseMs, clock = createClockReading() }: { leaseMs: number; clock?: ClockReading },
+) {
   // One statement, one transaction: an event goes only with its deliveries written, so one
   // taken by a process that dies before the commit stays for the next fan-out of any process.
   const fanOut = prepareStatement<FanOutRow>(
@@ -168,7 +178,6 @@ export function createOutbox(db: Database, { leaseMs }: { leaseMs: number }) {
   // A rate-limited endpoint's row is locked (skipped if another claim holds it): the claim takes
   // its slots that begin within `paceWindowMs`, 1/rate_limit s apart from paced_until or the
   // lock, and moves paced_until past them. Without a limit, its row is neither locked nor written.
-  const clock = createClockReading();
   const claimable = sql`not e.disabled and ${receiving}
     and (${sql.placeholder('only')}::int8 is null or e.id = ${sql.placeholder('only')}::int8)
     and e.id <> all(${sql.placeholder('busy')}::int8[])`;

@@ -4,6 +4,7 @@ import { sql } from 'drizzle-orm';
 import type { Database } from '../../db/database.js';
 import { prepareStatement } from '../../db/prepared.js';
 import { receiving } from './outbox.js';
+import { createRecovery } from './recovery.js';
 
 export type OutboxStats = Awaited<ReturnType<Upkeep['stats']>>;
 
@@ -111,29 +112,21 @@ export interface RedeliveryFilter {
 }
 
 /**
- * Makes failed deliveries due again with a fresh retry schedule, so that any running
- * dispatcher sends them within a poll interval. Returns how many; `dryRun` only counts them.
+ * Makes failed deliveries due again with a fresh retry schedule, as the API's recover does, so
+ * that any running dispatcher sends them within a poll interval; a disabled endpoint's stay
+ * failed. Returns how many; `dryRun` only counts them.
  */
 export async function redeliverFailed(
   db: Database,
   filter: RedeliveryFilter,
   dryRun = false,
 ): Promise<number> {
-  // A test is never sent again (its row lives only while it runs).
-  const where = sql`failed_at is not null and trigger <> 'test'
-    and (${filter.url ?? null}::text is null
-         or endpoint_id in (select id from webhook_endpoints where url = ${filter.url ?? null}::text))
-    and (${filter.eventId ?? null}::uuid is null or event_id = ${filter.eventId ?? null}::uuid)
-    and (${filter.failedSince?.toISOString() ?? null}::timestamptz is null
-         or failed_at >= ${filter.failedSince?.toISOString() ?? null}::timestamptz)`;
-  const query = dryRun
-    ? sql`select count(*)::int4 as count from webhook_deliveries where ${where}`
-    : sql`with redelivered as (
-            update webhook_deliveries
-               set failed_at = null, attempts = 0, next_attempt_at = now(), trigger = 'recover'
-             where ${where}
-            returning 1)
-          select count(*)::int4 as count from redelivered`;
-  const [row] = await prepareStatement<{ count: number }>(db, '', query).execute({});
-  return row?.count ?? 0;
+  const recover = createRecovery(db, '');
+  const { count } = await recover({
+    url: filter.url,
+    eventId: filter.eventId,
+    failedSince: filter.failedSince?.toISOString(),
+    dryRun,
+  });
+  return count;
 }
