@@ -511,12 +511,12 @@ describe('the examples of the document', () => {
         'unknown',
         () => create({ id: 5, name: 'x' }, { authorization: 'Bearer nope' }),
       ],
-      ['post', '/plants', '413', 'body', () => create({ id: 5, name: 'x'.repeat(70_000) })],
+      ['post', '/plants', '413', 'tooLarge', () => create({ id: 5, name: 'x'.repeat(70_000) })],
       [
         'post',
         '/plants',
         '415',
-        'contentType',
+        'notJson',
         () => create({ id: 5, name: 'x' }, { 'content-type': 'text/plain' }),
       ],
       ['get', '/plants', '400', 'limit', () => answer('GET', '/plants?limit=0')],
@@ -529,7 +529,7 @@ describe('the examples of the document', () => {
         'delete',
         '/plants/{id}',
         '413',
-        'body',
+        'tooLarge',
         () =>
           answer('DELETE', '/plants/4', 'x'.repeat(70_000), {
             ...auth,
