@@ -1,7 +1,12 @@
 import type { TSchema } from '@sinclair/typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
-import { createAuthThrottle, createScopedTokens } from './http/auth.js';
+import {
+  ADMIN_TOKEN_ON_PLANTS_MESSAGE,
+  createAuthThrottle,
+  createScopedTokens,
+  plantTokenOnAdminMessage,
+} from './http/auth.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
 import { http1, httpServerOptions } from './http/connections.js';
 import { ErrorSchema, errorHandler, notFoundHandler } from './http/errors.js';
@@ -127,7 +132,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throttle,
       otherScope: {
         validElsewhere: scoped.plants.validElsewhere,
-        message: 'this token is for the webhook management API; the plant API needs a plant token',
+        message: ADMIN_TOKEN_ON_PLANTS_MESSAGE,
       },
     },
     answerWithinMs,
@@ -142,7 +147,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throttle,
       otherScope: {
         validElsewhere: scoped.admin.validElsewhere,
-        message: `this token is for the plant API; ${managementOff ?? 'the webhook management API needs an admin token'}`,
+        message: plantTokenOnAdminMessage(managementOff),
       },
       offMessage: managementOff,
     },

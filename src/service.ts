@@ -7,7 +7,7 @@ import { describeDatabase, openDatabase } from './db/client.js';
 import { failureForLog, isDatabaseUnavailable } from './db/errors.js';
 import { describeMigrations, latestMigrationMillis, schemaStatus } from './db/migrate.js';
 import type { AuthFailureStore } from './http/auth-throttle.js';
-import { HttpError } from './http/errors.js';
+import { HttpError, SERVICE_STARTING_MESSAGE } from './http/errors.js';
 import { createMetrics, type Metrics, startMetricsServer } from './http/metrics.js';
 import { collectWhenIdle } from './idle-collection.js';
 import { createLogger } from './logger.js';
@@ -62,8 +62,7 @@ const LISTEN_BACKLOG = 4096;
 
 const idle = { queued: 0, inFlight: 0 };
 
-const starting = () =>
-  new HttpError(503, 'the service is starting; retry shortly', { 'retry-after': '1' });
+const starting = () => new HttpError(503, SERVICE_STARTING_MESSAGE, { 'retry-after': '1' });
 
 /** To whom the newPlant webhook goes: static origins and paths (never query strings). */
 function describeWebhooks(webhooks: Config['webhooks']): string {

@@ -13,6 +13,20 @@ import { digestOf } from './tokens.js';
 
 const CHALLENGE = 'Bearer realm="plant-store"';
 
+export const TOKEN_REQUIRED_MESSAGE = 'a bearer token is required';
+export const NOT_BEARER_MESSAGE = 'the Authorization header must use the Bearer scheme';
+export const EMPTY_TOKEN_MESSAGE = 'the bearer token is empty';
+export const TOKEN_NOT_VALID_MESSAGE = 'the bearer token is not valid';
+export const TOO_MANY_FAILURES_MESSAGE =
+  'too many failed authentication attempts from this address; retry later';
+export const TOO_MANY_FOR_TOKEN_MESSAGE = 'too many requests for this token; retry later';
+/** The 403 of an admin token on the plant API. */
+export const ADMIN_TOKEN_ON_PLANTS_MESSAGE =
+  'this token is for the webhook management API; the plant API needs a plant token';
+/** The 403 of a plant token on the management API; `managementOff` says how to turn it on. */
+export const plantTokenOnAdminMessage = (managementOff?: string) =>
+  `this token is for the plant API; ${managementOff ?? 'the webhook management API needs an admin token'}`;
+
 /** What a token may reach: the plant API, or the webhook management API. */
 export type TokenScope = 'plants' | 'admin';
 
@@ -73,22 +87,22 @@ export function bearerTokenOf(header: string | undefined): string | undefined {
 function unauthorized(request: FastifyRequest, off?: string): HttpError {
   const header = request.headers.authorization;
   if (!header) {
-    return new HttpError(401, off ?? 'a bearer token is required', {
+    return new HttpError(401, off ?? TOKEN_REQUIRED_MESSAGE, {
       'www-authenticate': CHALLENGE,
     });
   }
   const scheme = /^bearer(?:[ \t]+(.*))?$/is.exec(header);
   if (!scheme) {
-    return new HttpError(401, off ?? 'the Authorization header must use the Bearer scheme', {
+    return new HttpError(401, off ?? NOT_BEARER_MESSAGE, {
       'www-authenticate': CHALLENGE,
     });
   }
   if (!scheme[1]?.trim()) {
-    return new HttpError(401, off ?? 'the bearer token is empty', {
+    return new HttpError(401, off ?? EMPTY_TOKEN_MESSAGE, {
       'www-authenticate': CHALLENGE,
     });
   }
-  return new HttpError(401, off ?? 'the bearer token is not valid', {
+  return new HttpError(401, off ?? TOKEN_NOT_VALID_MESSAGE, {
     'www-authenticate': `${CHALLENGE}, error="invalid_token"`,
   });
 }
@@ -105,10 +119,7 @@ function tooManyRequests(message: string, retryAfterSeconds: number): HttpError 
 }
 
 const tooManyFailures = (retryAfterSeconds: number) =>
-  tooManyRequests(
-    'too many failed authentication attempts from this address; retry later',
-    retryAfterSeconds,
-  );
+  tooManyRequests(TOO_MANY_FAILURES_MESSAGE, retryAfterSeconds);
 
 export interface AuthLimits {
   /** Failed authentications one client address may make per window; 0 means no limit. */
@@ -201,7 +212,7 @@ export async function requireBearerToken(
     if (perToken) {
       const state = await perToken(request);
       if (!state.isAllowed && state.isExceeded) {
-        throw tooManyRequests('too many requests for this token; retry later', state.ttlInSeconds);
+        throw tooManyRequests(TOO_MANY_FOR_TOKEN_MESSAGE, state.ttlInSeconds);
       }
     }
   }

@@ -33,9 +33,17 @@ export class HttpError extends Error {
 /** Seconds a client should wait before retrying after a 503. */
 export const UNAVAILABLE_RETRY_AFTER_SECONDS = 2;
 
+export const UNEXPECTED_ERROR_MESSAGE = 'an unexpected error occurred; it has been logged';
+export const DATABASE_UNAVAILABLE_MESSAGE = 'the database is unavailable; retry later';
+export const SERVICE_BUSY_MESSAGE = 'the service is busy; retry later';
+export const SERVICE_STARTING_MESSAGE = 'the service is starting; retry shortly';
+export const NOT_JSON_MESSAGE = 'Content-Type must be application/json';
+export const bodyTooLargeMessage = (bodyLimit: number) =>
+  `the request body is larger than the limit of ${bodyLimit} bytes`;
+
 // Fastify's own client errors, in words that suit this API.
 const fastifyMessages: Record<string, string> = {
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'Content-Type must be application/json',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: NOT_JSON_MESSAGE,
   FST_ERR_CTP_BODY_TOO_LARGE: 'the request body is larger than the limit',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'the request body does not match its Content-Length',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'body must be a JSON object, but the request body is empty',
@@ -51,19 +59,14 @@ const fastifyMessages: Record<string, string> = {
 export function toHttpError(error: unknown, bodyLimit?: number): HttpError {
   if (error instanceof HttpError) return error;
   if (error instanceof QueueFullError) {
-    return new HttpError(
-      503,
-      'the service is busy; retry later',
-      { 'retry-after': '1' },
-      { cause: error },
-    );
+    return new HttpError(503, SERVICE_BUSY_MESSAGE, { 'retry-after': '1' }, { cause: error });
   }
   if (error instanceof RowRejectedError) {
     return new HttpError(400, 'the database refused this plant', {}, { cause: error });
   }
   if (isDatabaseUnavailable(error)) {
     const headers = { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) };
-    return new HttpError(503, 'the database is unavailable; retry later', headers, {
+    return new HttpError(503, DATABASE_UNAVAILABLE_MESSAGE, headers, {
       cause: error,
     });
   }
@@ -72,14 +75,14 @@ export function toHttpError(error: unknown, bodyLimit?: number): HttpError {
     return new HttpError(400, message);
   }
   if (code === 'FST_ERR_CTP_BODY_TOO_LARGE' && bodyLimit !== undefined) {
-    return new HttpError(413, `the request body is larger than the limit of ${bodyLimit} bytes`);
+    return new HttpError(413, bodyTooLargeMessage(bodyLimit));
   }
   if (typeof statusCode === 'number' && statusCode >= 400 && statusCode < 500) {
     const known = code === undefined ? undefined : fastifyMessages[code];
     const generic = `${STATUS_CODES[statusCode] ?? 'client error'}`.toLowerCase();
     return new HttpError(statusCode, known ?? generic);
   }
-  return new HttpError(500, 'an unexpected error occurred; it has been logged');
+  return new HttpError(500, UNEXPECTED_ERROR_MESSAGE);
 }
 
 /**

@@ -41,6 +41,11 @@ export const problems = {
     // No method applies to an authority-form target (RFC 9110 §10.2.1: an empty Allow).
     headers: { allow: '' },
   },
+  targetTooLong: { statusCode: 414, message: 'the request target (the URL) is too long' },
+  headersTooLarge: { statusCode: 431, message: 'the request headers are too large' },
+  chunkExtensionsTooLarge: { statusCode: 413, message: 'the chunk extensions are too large' },
+  timeout: { statusCode: 408, message: 'the request took too long to arrive' },
+  notHttp: { statusCode: 400, message: 'the request is not valid HTTP' },
 } satisfies Record<string, Problem>;
 
 // A request line still unfinished: a method, a space, and no line break yet.
@@ -56,14 +61,14 @@ export function clientErrorProblem(code: string | undefined, rawPacket?: Buffer)
   switch (code) {
     case 'HPE_HEADER_OVERFLOW':
       return rawPacket !== undefined && unfinishedRequestLine.test(rawPacket.toString('latin1'))
-        ? { statusCode: 414, message: 'the request target (the URL) is too long' }
-        : { statusCode: 431, message: 'the request headers are too large' };
+        ? problems.targetTooLong
+        : problems.headersTooLarge;
     case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
-      return { statusCode: 413, message: 'the chunk extensions are too large' };
+      return problems.chunkExtensionsTooLarge;
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { statusCode: 408, message: 'the request took too long to arrive' };
+      return problems.timeout;
     default:
-      return { statusCode: 400, message: 'the request is not valid HTTP' };
+      return problems.notHttp;
   }
 }
 

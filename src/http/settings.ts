@@ -3,11 +3,14 @@ import { type Static, Type } from '@sinclair/typebox';
 import { ConfigError } from '../config-error.js';
 import { integer } from '../environment.js';
 
+/** The largest request body, in bytes, unless BODY_LIMIT says otherwise. */
+export const DEFAULT_BODY_LIMIT = 65536;
+
 /** The variables of the HTTP server, with their defaults. */
 export const HttpEnvironment = Type.Object({
   PORT: integer(0, 65535, 3000),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0' }),
-  BODY_LIMIT: integer(64, 100 * 1024 * 1024, 65536),
+  BODY_LIMIT: integer(64, 100 * 1024 * 1024, DEFAULT_BODY_LIMIT),
   JSON_MAX_DEPTH: integer(1, 1000, 32),
   TRUST_PROXY: Type.String({ minLength: 1, default: 'false' }),
   HTTP_HEADERS_TIMEOUT_MS: integer(1000, 600_000, 10_000),

@@ -1,6 +1,6 @@
 import { Kind, type Static, type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { type ValueError, ValueErrorType } from '@sinclair/typebox/errors';
+import { Errors, type ValueError, ValueErrorType } from '@sinclair/typebox/errors';
 import type { FastifySchemaCompiler } from 'fastify';
 import { checkedProblem, INT64_MAX, INT64_MIN, type TextOptions, textProblem } from '../kinds.js';
 import { HttpError } from './errors.js';
@@ -69,4 +69,19 @@ export function createValidatorCompiler(references: TSchema[]): FastifySchemaCom
       return { error: new HttpError(400, message) };
     };
   };
+}
+
+/**
+ * The message a request part checked against `schema` is refused with when it holds `value`:
+ * the examples of the 400s are made by it, in the words the validator answers with.
+ */
+export function refusalMessage(
+  schema: TSchema,
+  part: string,
+  value: unknown,
+  references: TSchema[] = [],
+): string {
+  const first = Errors(schema, references, value).First();
+  if (!first) throw new Error(`${part} accepts ${JSON.stringify(value)}`);
+  return describe(first, part);
 }

@@ -2,55 +2,27 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type AuthLimits, requireBearerToken } from '../http/auth.js';
+import { answerInCommon } from '../http/common-answers.js';
 import { answerWithin } from '../http/deadline.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import { refuseOtherMethods } from '../http/methods.js';
-import type { OperationExamples } from '../http/openapi.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
+import { plantErrorExamples as errors, notPlantJson, plantExamples } from './examples.js';
+import { noPlantMessage, plantConflictMessage } from './messages.js';
 import { parseInt64, parsePageQuery } from './parameters.js';
 import type { PlantRepository } from './repository.js';
 import {
-  plantErrorExamples as errors,
   NewPlantSchema,
   PAGE_LIMIT_DEFAULT,
   PageQuerySchema,
   PlantIdParamsSchema,
   PlantSchema,
-  plantExamples,
   StoredPlantSchema,
 } from './schemas.js';
 import { storedPlantJson } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
-
-const retryAfter = {
-  'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
-};
-
-/** The failures every plant operation can answer, beside its own. */
-const commonErrors = {
-  401: errorResponse('The bearer token is missing or not valid', {
-    'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
-  }),
-  408: errorResponse('The request did not arrive within the time limit'),
-  429: errorResponse(
-    'Too many failed authentications from this address, or requests for this token',
-    retryAfter,
-  ),
-  431: errorResponse('The request headers are too large'),
-  500: errorResponse('An unexpected fault'),
-  503: errorResponse('The database is unavailable or timed out, or too busy', retryAfter),
-};
-
-const commonErrorExamples: OperationExamples['responses'] = {
-  401: errors.unauthenticated,
-  408: errors.timeout,
-  429: errors.tooMany,
-  431: errors.headersTooLarge,
-  500: errors.fault,
-  503: errors.unavailable,
-};
 
 export interface PlantRoutesOptions {
   /** The store; throws while the service is still opening its database. */
@@ -94,6 +66,7 @@ export async function plantRoutes(
   { plants, verifyToken, limits, answerWithinMs }: PlantRoutesOptions,
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
+  answerInCommon(app, { perTokenLimit: true, busy: true });
   // A request waits for a batch, a pooled connection and its statement: all of it must fit in
   // the statement timeout. The work goes on after a 503; a create that still commits is found
   // by its retry (a replay).
@@ -115,9 +88,7 @@ export async function plantRoutes(
           200: { ...refTo(PlantSchema), description: 'The plant, as stored' },
           400: errorResponse('The body is not a valid NewPlant or not valid JSON'),
           409: errorResponse('A plant with this id exists with a different name or tag'),
-          413: errorResponse('The body is larger than the limit'),
-          415: errorResponse('The content type is not application/json, or the body is encoded'),
-          ...commonErrors,
+          415: notPlantJson.response,
         },
         'x-examples': {
           request: plantExamples.newPlant,
@@ -125,9 +96,7 @@ export async function plantRoutes(
             200: plantExamples.createdPlant,
             400: errors.invalidBody,
             409: errors.conflict,
-            413: errors.tooLarge,
-            415: errors.notJson,
-            ...commonErrorExamples,
+            415: notPlantJson.examples,
           },
         },
       },
@@ -136,10 +105,7 @@ export async function plantRoutes(
       const plant = request.body;
       const result = await answered(plants().createPlant(plant));
       if (result.outcome === 'conflict') {
-        throw new HttpError(
-          409,
-          `a plant with id ${plant.id} already exists with a different name or tag`,
-        );
+        throw new HttpError(409, plantConflictMessage(plant.id));
       }
       return result.plant;
     },
@@ -169,11 +135,8 @@ export async function plantRoutes(
             },
           }),
           400: errorResponse('A query parameter is malformed, out of range or given twice'),
-          ...commonErrors,
         },
-        'x-examples': {
-          responses: { 200: plantExamples.page, 400: errors.invalidPage, ...commonErrorExamples },
-        },
+        'x-examples': { responses: { 200: plantExamples.page, 400: errors.invalidPage } },
       },
       preValidation: readPageQuery,
     },
@@ -201,14 +164,12 @@ export async function plantRoutes(
           200: { ...refTo(StoredPlantSchema), description: 'The plant, as stored' },
           400: errorResponse('The id is not an int64 in canonical decimal'),
           404: errorResponse('No plant has this id'),
-          ...commonErrors,
         },
         'x-examples': {
           responses: {
             200: plantExamples.storedPlant,
             400: errors.invalidId,
             404: errors.notFound,
-            ...commonErrorExamples,
           },
         },
       },
@@ -217,7 +178,7 @@ export async function plantRoutes(
     async (request, reply) => {
       const { id } = request.params;
       const plant = await answered(plants().getPlant(id));
-      if (!plant) throw new HttpError(404, `no plant has the id ${id}`);
+      if (!plant) throw new HttpError(404, noPlantMessage(id));
       return reply.type(JSON_TYPE).send(storedPlantJson(plant));
     },
   );
@@ -241,24 +202,15 @@ export async function plantRoutes(
             204: Type.Null({ description: 'Plant deleted' }),
             400: errorResponse('The id is not an int64 in canonical decimal'),
             404: errorResponse('No plant has this id'),
-            413: errorResponse('The body (which is ignored) is larger than the limit'),
-            ...commonErrors,
           },
-          'x-examples': {
-            responses: {
-              400: errors.invalidId,
-              404: errors.notFound,
-              413: errors.tooLarge,
-              ...commonErrorExamples,
-            },
-          },
+          'x-examples': { responses: { 400: errors.invalidId, 404: errors.notFound } },
         },
         preValidation: readPlantId,
       },
       async (request, reply) => {
         const { id } = request.params;
         if (!(await answered(plants().deletePlant(id)))) {
-          throw new HttpError(404, `no plant has the id ${id}`);
+          throw new HttpError(404, noPlantMessage(id));
         }
         return reply.code(204).send(null);
       },

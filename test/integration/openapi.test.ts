@@ -2,7 +2,10 @@ import { readFileSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
 import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
+import { WEBHOOK_SECRET } from '../helpers/receiver.js';
+import { ringKey } from '../helpers/sealed.js';
 
 let t: TestApp;
 // biome-ignore lint/suspicious/noExplicitAny: the document is checked field by field below
@@ -511,12 +514,12 @@ describe('the examples of the document', () => {
         'unknown',
         () => create({ id: 5, name: 'x' }, { authorization: 'Bearer nope' }),
       ],
-      ['post', '/plants', '413', 'body', () => create({ id: 5, name: 'x'.repeat(70_000) })],
+      ['post', '/plants', '413', 'tooLarge', () => create({ id: 5, name: 'x'.repeat(70_000) })],
       [
         'post',
         '/plants',
         '415',
-        'contentType',
+        'notJson',
         () => create({ id: 5, name: 'x' }, { 'content-type': 'text/plain' }),
       ],
       ['get', '/plants', '400', 'limit', () => answer('GET', '/plants?limit=0')],
@@ -529,7 +532,7 @@ describe('the examples of the document', () => {
         'delete',
         '/plants/{id}',
         '413',
-        'body',
+        'tooLarge',
         () =>
           answer('DELETE', '/plants/4', 'x'.repeat(70_000), {
             ...auth,
@@ -540,6 +543,249 @@ describe('the examples of the document', () => {
       ['get', '/readyz', '200', 'ready', () => answer('GET', '/readyz')],
     ] as const)('for %s %s %s %s', async (method, path, status, name, send) => {
       expect(await send()).toStrictEqual({ status, body: example(path, method, status, name) });
+    });
+  });
+
+  describe('are the answers the management API gives', () => {
+    const ADMIN = 'admin-token-examples-31c7';
+    const CONFIGURED = 'https://configured.example.com/hook';
+    const admin = { authorization: `Bearer ${ADMIN}` };
+    let s: TestApp;
+    const ids = { endpoint: '', disabled: '', configured: '', sealed: '', sealedHeaders: '' };
+    const send = async (
+      method: string,
+      url: string,
+      body?: unknown,
+      headers: Record<string, string> = {},
+    ) => {
+      const response = await s.app.inject({
+        method: method.toUpperCase() as 'GET',
+        url,
+        headers: {
+          ...admin,
+          ...(body !== undefined && { 'content-type': 'application/json' }),
+          ...headers,
+        },
+        ...(body !== undefined && {
+          payload: typeof body === 'string' ? body : JSON.stringify(body),
+        }),
+      });
+      const answered = response.body === '' ? undefined : response.json();
+      return { status: String(response.statusCode), body: answered };
+    };
+    const keyOf = (id: string) => BigInt(`0x${id.slice('ep_'.length)}`).toString();
+
+    beforeAll(async () => {
+      // The 401 examples are failed authentications too: the 429 comes once they are all made.
+      s = await startTestApp({
+        env: {
+          ADMIN_TOKENS: ADMIN,
+          WEBHOOK_URLS: CONFIGURED,
+          WEBHOOK_SECRET,
+          AUTH_FAILURE_LIMIT: '40',
+        },
+      });
+      const create = async () =>
+        (await send('post', '/webhooks/endpoints', { url: 'https://receiver.example.com/a' })).body
+          .id as string;
+      ids.endpoint = await create();
+      ids.disabled = await create();
+      await send('patch', `/webhooks/endpoints/${ids.disabled}`, { disabled: true });
+      const listed = (await send('get', '/webhooks/endpoints')).body as {
+        id: string;
+        url: string;
+      }[];
+      ids.configured = listed.find((endpoint) => endpoint.url === CONFIGURED)?.id ?? '';
+      // A key sealed under k1, which the service's ring does not hold.
+      ids.sealed = await create();
+      const sealed = sealSecret(generateSecret(), [ringKey('k1')], {
+        endpoint: keyOf(ids.sealed),
+        field: 'secret',
+      });
+      await s.database.query('update webhook_endpoints set secret = $1 where id = $2', [
+        sealed,
+        keyOf(ids.sealed),
+      ]);
+      // Custom headers sealed under k1 too.
+      ids.sealedHeaders = await create();
+      const headers = sealSecret('{"X-A":"b"}', [ringKey('k1')], {
+        endpoint: keyOf(ids.sealedHeaders),
+        field: 'headers',
+      });
+      await s.database.query('update webhook_endpoints set headers = $1 where id = $2', [
+        headers,
+        keyOf(ids.sealedHeaders),
+      ]);
+    });
+    afterAll(() => s.close());
+
+    /** What the examples of a status of every operation are, when no request can make them. */
+    const unprovoked: Record<string, string> = {
+      '408':
+        'Node answers it when a request arrives slower than HTTP_REQUEST_TIMEOUT_MS: a wait on the real clock, over a real socket (connections.test.ts)',
+      '431':
+        "Node's HTTP parser answers it on a real socket, which inject() does not go through (connections.test.ts)",
+      '500 unexpected': 'a fault of the service, which no request can make on purpose',
+      '503 database': 'the database must be down (test/faults)',
+      'post /webhooks/endpoints/{id}/events/{eventId}/resend 409 disabled':
+        'the endpoint needs an event in its attempt log, which only a delivery makes (webhook-replays.test.ts)',
+      '503 starting':
+        'only before the service has opened its database, which startTestApp has opened before it answers (process.test.ts)',
+    };
+
+    /** A request that makes each error example of the management API, by operation, status and name. */
+    const provoke = (): Record<string, () => Promise<unknown>> => {
+      const one = `/webhooks/endpoints/${ids.endpoint}`;
+      const event = 'msg_0f1e2d3c4b5a69788796a5b4c3d2e1f0';
+      // Each operation, and a body it accepts: 'ignored' where it reads none but counts it.
+      const operations: [string, string, object | 'ignored' | undefined][] = [
+        ['post', '/webhooks/endpoints', { url: 'https://receiver.example.com/b' }],
+        ['get', '/webhooks/endpoints', undefined],
+        ['get', '/webhooks/endpoints/{id}', undefined],
+        ['patch', '/webhooks/endpoints/{id}', { description: 'moved' }],
+        ['delete', '/webhooks/endpoints/{id}', 'ignored'],
+        ['get', '/webhooks/endpoints/{id}/secret', undefined],
+        ['post', '/webhooks/endpoints/{id}/secret/rotate', {}],
+        ['get', '/webhooks/endpoints/{id}/headers', undefined],
+        ['put', '/webhooks/endpoints/{id}/headers', { headers: {} }],
+        ['get', '/webhooks/endpoints/{id}/attempts', undefined],
+        ['post', '/webhooks/endpoints/{id}/recover', { since: '2026-01-01T00:00:00Z' }],
+        ['post', '/webhooks/endpoints/{id}/events/{eventId}/resend', 'ignored'],
+        ['post', '/webhooks/endpoints/{id}/test', {}],
+        ['get', '/webhooks/event-types', undefined],
+      ];
+      const at = (path: string, id = ids.endpoint) =>
+        path.replace('{id}', id).replace('{eventId}', event);
+      const made: Record<string, () => Promise<unknown>> = {};
+      for (const [method, path, body] of operations) {
+        const key = `${method} ${path}`;
+        made[`${key} 401 missing`] = () => send(method, at(path), undefined, { authorization: '' });
+        made[`${key} 401 unknown`] = () =>
+          send(method, at(path), undefined, { authorization: 'Bearer nope' });
+        made[`${key} 403 otherScope`] = () =>
+          send(method, at(path), undefined, { authorization: `Bearer ${TOKEN}` });
+        const valid = typeof body === 'object' ? body : undefined;
+        if (body !== undefined) {
+          made[`${key} 413 tooLarge`] = () => send(method, at(path), 'x'.repeat(70_000));
+        }
+        if (valid) {
+          made[`${key} 415 notJson`] = () =>
+            send(method, at(path), 'x', { 'content-type': 'text/plain' });
+        }
+        if (path.includes('{id}')) {
+          made[`${key} 404 endpoint`] = () => send(method, at(path, 'ep_00000000000000ff'), valid);
+          made[`${key} 404 malformed`] = () => send(method, at(path, 'ep_1'), valid);
+          made[`${key} 409 configured`] = () => send(method, at(path, ids.configured), valid);
+        }
+      }
+      return {
+        ...made,
+        'post /webhooks/endpoints 400 url': () =>
+          send('post', '/webhooks/endpoints', {
+            url: 'https://user:password@receiver.example.com/plants',
+          }),
+        'post /webhooks/endpoints 400 secret': () =>
+          send('post', '/webhooks/endpoints', {
+            url: 'https://receiver.example.com/plants',
+            secret: 'whsec_c2hvcnQ=',
+          }),
+        'get /webhooks/endpoints 400 limit': () => send('get', '/webhooks/endpoints?limit=1000'),
+        'patch /webhooks/endpoints/{id} 400 url': () =>
+          send('patch', '/webhooks/endpoints/ep_0000000000000001', { url: null }),
+        'patch /webhooks/endpoints/{id} 400 secret': () =>
+          send('patch', '/webhooks/endpoints/ep_0000000000000001', { secret: 'whsec_' }),
+        'patch /webhooks/endpoints/{id} 415 notJson': () =>
+          send('patch', one, 'x', { 'content-type': 'text/plain' }),
+        'get /webhooks/endpoints/{id}/secret 500 key': () =>
+          send('get', `/webhooks/endpoints/${ids.sealed}/secret`),
+        'post /webhooks/endpoints/{id}/secret/rotate 400 key': () =>
+          send('post', `${one}/secret/rotate`, { key: 'not-a-key' }),
+        'get /webhooks/endpoints/{id}/headers 500 headers': () =>
+          send('get', `/webhooks/endpoints/${ids.sealedHeaders}/headers`),
+        'put /webhooks/endpoints/{id}/headers 400 reserved': () =>
+          send('put', `${one}/headers`, { headers: { 'Content-Type': 'text/plain' } }),
+        'put /webhooks/endpoints/{id}/headers 400 twice': () =>
+          send('put', `${one}/headers`, {
+            headers: { 'X-Greenhouse': 'north', 'x-greenhouse': 'south' },
+          }),
+        'put /webhooks/endpoints/{id}/headers 400 value': () =>
+          send('put', `${one}/headers`, { headers: { 'X-Greenhouse': 'north\nsouth' } }),
+        'put /webhooks/endpoints/{id}/headers 400 tooMany': () =>
+          send('put', `${one}/headers`, {
+            headers: Object.fromEntries(
+              Array.from({ length: 21 }, (_, i) => [`X-Header-${i}`, 'x']),
+            ),
+          }),
+        'get /webhooks/endpoints/{id}/attempts 400 limit': () =>
+          send('get', `${one}/attempts?limit=1000`),
+        'post /webhooks/endpoints/{id}/recover 400 since': () =>
+          send('post', `${one}/recover`, { since: 'yesterday' }),
+        'post /webhooks/endpoints/{id}/recover 409 disabled': () =>
+          send('post', `/webhooks/endpoints/${ids.disabled}/recover`, {
+            since: '2026-01-01T00:00:00Z',
+          }),
+        'post /webhooks/endpoints/{id}/events/{eventId}/resend 404 event': () =>
+          send('post', `${one}/events/msg_test_0f1e2d3c4b5a69788796a5b4c3d2e1f0/resend`),
+        'post /webhooks/endpoints/{id}/test 400 eventType': () =>
+          send('post', `${one}/test`, { eventType: 'plantWatered' }),
+        'post /webhooks/endpoints/{id}/test 409 disabled': () =>
+          send('post', `/webhooks/endpoints/${ids.disabled}/test`, {}),
+      };
+    };
+
+    /** Every error example of every operation of the management API: [key, status, value]. */
+    const errorExamples = () =>
+      Object.entries(document.paths as Record<string, Record<string, Operation>>)
+        .filter(([path]) => path.startsWith('/webhooks/'))
+        .flatMap(([path, operations]) =>
+          Object.entries(operations).flatMap(([method, operation]) =>
+            Object.entries(operation.responses)
+              .filter(([status]) => Number(status) >= 400)
+              .flatMap(([status, response]) =>
+                Object.entries(response.content?.['application/json']?.examples ?? {}).map(
+                  ([name, example]) =>
+                    [`${method} ${path} ${status} ${name}`, status, example.value] as const,
+                ),
+              ),
+          ),
+        );
+    const unprovokedReason = (key: string) => {
+      const [, , status = '', name = ''] = key.split(' ');
+      return unprovoked[key] ?? unprovoked[status] ?? unprovoked[`${status} ${name}`];
+    };
+
+    it('for every error example, each made by a request or said to be out of reach', async () => {
+      const requests = provoke();
+      const examples = errorExamples();
+      expect(examples.length).toBeGreaterThan(100);
+      const neither = examples
+        .filter(([key]) => !requests[key] && !unprovokedReason(key) && !key.includes(' 429 '))
+        .map(([key]) => key);
+      expect(neither).toStrictEqual([]);
+      for (const [key, status, value] of examples) {
+        const request = requests[key];
+        if (request) expect(await request(), key).toStrictEqual({ status, body: value });
+      }
+    });
+
+    it('for the 429 of too many failed authentications, once the address has failed enough', async () => {
+      const examples = errorExamples().filter(([key]) => key.includes(' 429 '));
+      expect(examples.map(([key]) => key.split(' ')[3])).toContain('failedAuthentication');
+      const nope = { authorization: 'Bearer nope' };
+      for (let failures = 0; failures < 40; failures++) {
+        if ((await send('get', '/webhooks/endpoints', undefined, nope)).status === '429') break;
+      }
+      for (const [key, status, value] of examples) {
+        const [method = '', path = ''] = key.split(' ');
+        const at = path.replace('{id}', ids.endpoint).replace('{eventId}', 'msg_0');
+        expect(
+          await send(method, at, undefined, { authorization: 'Bearer nope' }),
+          key,
+        ).toStrictEqual({
+          status,
+          body: value,
+        });
+      }
     });
   });
 });

@@ -1,15 +1,36 @@
-import { Type } from '@sinclair/typebox';
-import { errorResponse } from '../../http/errors.js';
-import type { Example, OperationExamples } from '../../http/openapi.js';
+import type { TSchema } from '@sinclair/typebox';
+import { errorExample, exampleOfThrown, fault, notJson } from '../../http/common-answers.js';
+import type { Example } from '../../http/openapi.js';
+import { parseLimit } from '../../http/query.js';
+import { refusalMessage } from '../../http/validation.js';
 import { EVENT_TYPES_JSON } from '../catalog/event-types.js';
+import {
+  CONFIGURED_MESSAGE,
+  DISABLED_MESSAGE,
+  DISABLED_SEND_MESSAGE,
+  HEADERS_UNAVAILABLE_MESSAGE,
+  MALFORMED_ENDPOINT_ID_MESSAGE,
+  NO_ENDPOINT_MESSAGE,
+  NOT_MERGE_PATCH_MESSAGE,
+  secretUnavailableMessage,
+  UNKNOWN_EVENT_MESSAGE,
+} from './messages.js';
+import { unpatchableField } from './parameters.js';
+import {
+  CustomHeadersSchema,
+  EndpointPatchSchema,
+  EndpointTestSchema,
+  endpointSchemas,
+  NewEndpointSchema,
+  PAGE_LIMIT_DEFAULT,
+  PAGE_LIMIT_MAX,
+  RecoverSchema,
+  RotationSchema,
+} from './schemas.js';
 
 // Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
-// (test/integration/openapi.test.ts checks), in the words the service answers with.
-
-const error = (status: number, message: string, summary: string): Example => ({
-  summary,
-  value: { error: status, message },
-});
+// (test/integration/openapi.test.ts checks), in the words the service answers with: each error's
+// message is the one the code sends, a refused body's the one its validator gives.
 
 const subscriber = {
   id: 'ep_0000000000000001',
@@ -190,189 +211,114 @@ export const endpointExamples = {
   },
 };
 
-export const DISABLED_MESSAGE =
-  'the endpoint is disabled: enable it (PATCH disabled false) before recovering';
-export const DISABLED_SEND_MESSAGE =
-  'the endpoint is disabled: enable it (PATCH disabled false) before sending to it';
-export const MALFORMED_ENDPOINT_ID_MESSAGE =
-  'no webhook endpoint has this id: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001';
-export const UNKNOWN_EVENT_MESSAGE = 'this endpoint has no event with this id in its attempt log';
-export const CONFIGURED_MESSAGE =
-  'the endpoint is declared by WEBHOOK_URLS: change that setting to change or remove it';
-export const HEADERS_UNAVAILABLE_MESSAGE =
-  'the custom headers of this endpoint cannot be read with the encryption key this service has; set them again to replace them';
-/**
- * Why an endpoint's key cannot be read, and the fix that keeps it: the key that sealed it, back
- * in the ring. A rotation would give the endpoint a key that none of its receivers knows.
- */
-export const secretUnavailableMessage = (missingKeyId?: string) =>
-  missingKeyId === undefined
-    ? 'the secret of this endpoint cannot be read with the encryption keys this service has: add the key that sealed it back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)'
-    : `the secret of this endpoint is sealed under the key id "${missingKeyId}", which WEBHOOK_ENCRYPTION_KEYS does not hold: add that key back to WEBHOOK_ENCRYPTION_KEYS (rotating it instead gives the endpoint a key its receivers do not know)`;
+/** The 400 of a body that holds `value`, in the words of the validator of `schema`. */
+const refused = (schema: TSchema, value: unknown, summary: string): Example =>
+  errorExample(400, refusalMessage(schema, 'body', value, endpointSchemas), summary);
+
+const headersOf = (headers: Record<string, string>) => ({ headers });
 
 export const endpointErrorExamples = {
   invalidBody: {
-    url: error(
-      400,
-      'body/url must be an absolute http or https URL of at most 2048 characters, without user information',
+    url: refused(
+      NewEndpointSchema,
+      { url: 'https://user:password@receiver.example.com/plants' },
       'The URL is not http(s), or holds user:password@',
     ),
-    secret: error(
-      400,
-      'body/secret must be whsec_ followed by the base64 of a key of 24 to 64 bytes',
+    secret: refused(
+      NewEndpointSchema,
+      { url: subscriber.url, secret: 'whsec_c2hvcnQ=' },
       'The key is too short',
     ),
   },
   invalidPatch: {
-    url: error(400, 'body/url must be a string', 'null for url'),
-    secret: error(
-      400,
-      'body/secret cannot be changed by PATCH: POST /webhooks/endpoints/ep_0000000000000001/secret/rotate sets a new signing key',
-      'A new key belongs to the rotation',
-    ),
+    url: refused(EndpointPatchSchema, { url: null }, 'null for url'),
+    secret: exampleOfThrown(() => {
+      throw unpatchableField({ secret: 'whsec_' }, subscriber.id);
+    }, 'A new key belongs to the rotation'),
   },
   invalidKey: {
-    key: error(
-      400,
-      'body/key must be whsec_ followed by the base64 of a key of 24 to 64 bytes',
-      'The key is not a whsec_ key',
-    ),
+    key: refused(RotationSchema, { key: 'not-a-key' }, 'The key is not a whsec_ key'),
   },
   invalidHeaders: {
-    reserved: error(
-      400,
-      'body/headers must not set "Content-Type": the service sets webhook-*, content-*, host, connection, transfer-encoding, user-agent, keep-alive, upgrade, expect itself',
+    reserved: refused(
+      CustomHeadersSchema,
+      headersOf({ 'Content-Type': 'text/plain' }),
       'A header the service sets',
     ),
-    twice: error(
-      400,
-      'body/headers must not name "x-greenhouse" twice: header names are case-insensitive',
+    twice: refused(
+      CustomHeadersSchema,
+      headersOf({ 'X-Greenhouse': 'north', 'x-greenhouse': 'south' }),
       'One name in two cases',
     ),
-    value: error(
-      400,
-      'body/headers must give "X-Greenhouse" a value of at most 4096 printable ASCII characters, spaces and tabs, none of them leading or trailing',
+    value: refused(
+      CustomHeadersSchema,
+      headersOf({ 'X-Greenhouse': 'north\nsouth' }),
       'A value with a line break',
     ),
-    tooMany: error(400, 'body/headers must hold at most 20 headers', 'More than 20 headers'),
-  },
-  invalidSince: {
-    since: error(
-      400,
-      'body/since must be an RFC 3339 date-time, such as 2026-01-01T00:00:00Z',
-      'since is not RFC 3339',
+    tooMany: refused(
+      CustomHeadersSchema,
+      headersOf(Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`X-Header-${i}`, 'x']))),
+      'More than 20 headers',
     ),
   },
+  invalidSince: {
+    since: refused(RecoverSchema, { since: 'yesterday' }, 'since is not RFC 3339'),
+  },
   invalidPage: {
-    limit: error(
-      400,
-      'querystring/limit must be an integer from 1 to 100, such as 50',
+    limit: exampleOfThrown(
+      () => parseLimit('1000', PAGE_LIMIT_MAX, PAGE_LIMIT_DEFAULT, 'querystring/limit'),
       'limit is too large',
     ),
   },
   notFound: {
-    endpoint: error(404, 'no webhook endpoint has this id', 'None has this id, or it was deleted'),
-    malformed: error(
+    endpoint: errorExample(404, NO_ENDPOINT_MESSAGE, 'None has this id, or it was deleted'),
+    malformed: errorExample(
       404,
       MALFORMED_ENDPOINT_ID_MESSAGE,
       'The id is not of the form of endpoint ids',
     ),
   },
   disabled: {
-    disabled: error(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
+    disabled: errorExample(409, DISABLED_MESSAGE, 'The endpoint is disabled'),
   },
   disabledSend: {
-    disabled: error(409, DISABLED_SEND_MESSAGE, 'The endpoint is disabled'),
+    disabled: errorExample(409, DISABLED_SEND_MESSAGE, 'The endpoint is disabled'),
   },
   unknownEvent: {
-    event: error(
+    event: errorExample(
       404,
       UNKNOWN_EVENT_MESSAGE,
       'Not an event of this endpoint, or older than WEBHOOK_LOG_RETENTION_S',
     ),
   },
   invalidEventType: {
-    eventType: error(
-      400,
-      'body/eventType names an unknown event type "plantWatered": one of newPlant, plantDeleted, endpointDisabled, deliveryExhausted',
-      'An unknown type',
-    ),
+    eventType: refused(EndpointTestSchema, { eventType: 'plantWatered' }, 'An unknown type'),
   },
   configured: {
-    configured: error(409, CONFIGURED_MESSAGE, 'Declared by WEBHOOK_URLS'),
+    configured: errorExample(409, CONFIGURED_MESSAGE, 'Declared by WEBHOOK_URLS'),
   },
-  secretUnavailable: {
-    key: error(
-      500,
-      secretUnavailableMessage('k1'),
-      'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
-    ),
-  },
-  headersUnavailable: {
-    headers: error(
-      500,
-      HEADERS_UNAVAILABLE_MESSAGE,
-      'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
-    ),
-  },
-  tooLarge: error(413, 'the request body is larger than the limit of 65536 bytes', 'Too large'),
-  notJson: error(415, 'Content-Type must be application/json', 'Not JSON'),
-  notMergePatch: error(
-    415,
-    'Content-Type must be application/merge-patch+json or application/json',
-    'Neither JSON type',
+};
+
+/** The 500 of a key sealed under a key the ring does not hold, beside any fault. */
+export const secretUnavailable = fault({
+  key: errorExample(
+    500,
+    secretUnavailableMessage('k1'),
+    'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
   ),
-};
+});
 
-const retryAfter = {
-  'retry-after': Type.Integer({ description: 'Seconds to wait before retrying' }),
-};
-const challenge = {
-  'www-authenticate': Type.String({ description: 'The Bearer challenge (RFC 6750)' }),
-};
-
-/** The failures every operation of the management API can answer, beside its own. */
-export const commonErrors = {
-  401: errorResponse('The bearer token is missing or not valid', challenge),
-  403: errorResponse(
-    'The token is valid, but a plant token: this API needs an admin token (insufficient_scope)',
-    challenge,
+/** The 500 of custom headers sealed under a key the ring does not hold, beside any fault. */
+export const headersUnavailable = fault({
+  headers: errorExample(
+    500,
+    HEADERS_UNAVAILABLE_MESSAGE,
+    'Sealed under a key that WEBHOOK_ENCRYPTION_KEYS does not hold',
   ),
-  408: errorResponse('The request did not arrive within the time limit'),
-  429: errorResponse('Too many failed authentications from this address', retryAfter),
-  431: errorResponse('The request headers are too large'),
-  500: errorResponse('An unexpected fault'),
-  503: errorResponse('The database is unavailable or timed out, or the service is starting', {
-    ...retryAfter,
-  }),
-};
+});
 
-export const commonErrorExamples: OperationExamples['responses'] = {
-  401: {
-    missing: error(401, 'a bearer token is required', 'No Authorization header'),
-    invalid: error(401, 'the bearer token is not valid', 'A token that is not configured'),
-  },
-  403: {
-    plantToken: error(
-      403,
-      'this token is for the plant API; the webhook management API needs an admin token',
-      'A plant token',
-    ),
-  },
-  408: { timeout: error(408, 'request timeout', 'The request was too slow to arrive') },
-  429: {
-    tooMany: error(
-      429,
-      'too many failed authentication attempts from this address; retry later',
-      'Too many failures from this address',
-    ),
-  },
-  431: {
-    headers: error(431, 'request header fields too large', 'Headers over the limit'),
-  },
-  500: { fault: error(500, 'an unexpected error occurred; it has been logged', 'A fault') },
-  503: {
-    unavailable: error(503, 'the database is unavailable; retry later', 'The database is down'),
-    starting: error(503, 'the service is starting; retry shortly', 'Not open yet'),
-  },
-};
+/** The 415 of a merge patch: either JSON type. */
+export const notMergePatch = notJson(
+  'The content type is not a JSON one',
+  errorExample(415, NOT_MERGE_PATCH_MESSAGE, 'Neither JSON type'),
+);

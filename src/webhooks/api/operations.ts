@@ -1,13 +1,15 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifySchema } from 'fastify';
+import type { ErrorAnswer } from '../../http/common-answers.js';
 import { errorResponse } from '../../http/errors.js';
 import type { Example } from '../../http/openapi.js';
 import { refTo } from '../../http/validation.js';
 import {
-  commonErrorExamples,
-  commonErrors,
   endpointErrorExamples as errors,
   endpointExamples as examples,
+  headersUnavailable,
+  notMergePatch,
+  secretUnavailable,
 } from './examples.js';
 import {
   AttemptPageQuerySchema,
@@ -32,10 +34,11 @@ export const TAG = 'webhook endpoints';
 
 /** A response: its schema (an error's description for an error) and its examples. */
 type Answer = [schema: object | string, examples?: Record<string, Example>];
+const answerOf = ({ response, examples }: ErrorAnswer): Answer => [response, examples];
 
 /**
- * The schema of an operation of this API: its own responses, beside those every operation can
- * answer, each with its examples.
+ * The schema of an operation of this API: its own responses, each with its examples (those that
+ * many routes give are added by answerInCommon, see routes.ts).
  */
 const operation = <Schema extends FastifySchema>({
   request,
@@ -52,11 +55,8 @@ const operation = <Schema extends FastifySchema>({
     tags: [TAG],
     security: [{ adminBearer: [] }],
     ...schema,
-    response: { ...commonErrors, ...response } as Record<number, unknown>,
-    'x-examples': {
-      ...(request && { request }),
-      responses: { ...commonErrorExamples, ...responses },
-    },
+    response: response as Record<number, unknown>,
+    'x-examples': { ...(request && { request }), responses },
   };
 };
 
@@ -75,8 +75,6 @@ const idParams = { params: EndpointIdParamsSchema };
 const missing: Answer = ['No endpoint has this id (or it was deleted)', errors.notFound];
 /** The changes that a configured endpoint (WEBHOOK_URLS) refuses. */
 const readOnly: Answer = ['The endpoint is declared by WEBHOOK_URLS: read-only', errors.configured];
-const tooLarge: Answer = ['The body is larger than the limit', { tooLarge: errors.tooLarge }];
-const notJson: Answer = ['The content type is not application/json', { notJson: errors.notJson }];
 const badPage: Answer = [
   'A query parameter is malformed, out of range or given twice',
   errors.invalidPage,
@@ -101,8 +99,6 @@ export const operations = {
         examples.endpoint,
       ],
       400: ['The body is not a valid NewEndpoint or not valid JSON', errors.invalidBody],
-      413: tooLarge,
-      415: notJson,
     },
   }),
   listWebhookEndpoints: operation({
@@ -153,8 +149,7 @@ export const operations = {
       400: ['The body is not a valid merge patch or not valid JSON', errors.invalidPatch],
       404: missing,
       409: readOnly,
-      413: tooLarge,
-      415: ['The content type is not a JSON one', { notJson: errors.notMergePatch }],
+      415: answerOf(notMergePatch),
     },
   }),
   deleteWebhookEndpoint: operation({
@@ -167,7 +162,6 @@ export const operations = {
       204: [Type.Null({ description: 'Deleted' })],
       404: missing,
       409: readOnly,
-      413: ['The body (which is ignored) is larger than the limit', { tooLarge: errors.tooLarge }],
     },
   }),
   getWebhookEndpointSecret: operation({
@@ -180,7 +174,7 @@ export const operations = {
       200: [{ ...refTo(SigningKeySchema), description: 'The current key' }, examples.secret],
       404: missing,
       409: readOnly,
-      500: [commonErrors[500], { ...commonErrorExamples?.[500], ...errors.secretUnavailable }],
+      500: answerOf(secretUnavailable),
     },
   }),
   rotateWebhookEndpointSecret: operation({
@@ -197,8 +191,6 @@ export const operations = {
       400: ['`key` is not a whsec_ key of 24 to 64 bytes, or not valid JSON', errors.invalidKey],
       404: missing,
       409: readOnly,
-      413: tooLarge,
-      415: notJson,
     },
   }),
   listWebhookEndpointAttempts: operation({
@@ -229,7 +221,7 @@ export const operations = {
         { ...examples.headers, ...examples.noHeaders },
       ],
       404: missing,
-      500: [commonErrors[500], { ...commonErrorExamples?.[500], ...errors.headersUnavailable }],
+      500: answerOf(headersUnavailable),
     },
   }),
   setWebhookEndpointHeaders: operation({
@@ -248,8 +240,6 @@ export const operations = {
       ],
       404: missing,
       409: readOnly,
-      413: tooLarge,
-      415: notJson,
     },
   }),
   recoverWebhookEndpoint: operation({
@@ -268,8 +258,6 @@ export const operations = {
       400: ['`since` is not an RFC 3339 date-time, or the body is not JSON', errors.invalidSince],
       404: missing,
       409: ['The endpoint is disabled: enable it first', errors.disabled],
-      413: tooLarge,
-      415: notJson,
     },
   }),
   resendWebhookEvent: operation({
@@ -285,7 +273,6 @@ export const operations = {
         { ...errors.notFound, ...errors.unknownEvent },
       ],
       409: ['The endpoint is disabled: enable it first', errors.disabledSend],
-      413: ['The body (which is ignored) is larger than the limit', { tooLarge: errors.tooLarge }],
     },
   }),
   testWebhookEndpoint: operation({
@@ -302,8 +289,6 @@ export const operations = {
       400: ['`eventType` is not an event type, or the body is not JSON', errors.invalidEventType],
       404: missing,
       409: ['The endpoint is disabled: enable it first', errors.disabledSend],
-      413: tooLarge,
-      415: notJson,
     },
   }),
   listWebhookEventTypes: operation({

@@ -3,12 +3,17 @@ import { HttpError } from '../../http/errors.js';
 import { parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
 import { INT64_MAX } from '../../kinds.js';
 import { attemptKeyOf, endpointKeyOf } from '../tables/ids.js';
-import { MALFORMED_ENDPOINT_ID_MESSAGE, UNKNOWN_EVENT_MESSAGE } from './examples.js';
+import {
+  MALFORMED_ENDPOINT_ID_MESSAGE,
+  NO_ENDPOINT_MESSAGE,
+  secretByPatchMessage,
+  UNKNOWN_EVENT_MESSAGE,
+} from './messages.js';
 import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */
 
-export const notFound = () => new HttpError(404, 'no webhook endpoint has this id');
+export const notFound = () => new HttpError(404, NO_ENDPOINT_MESSAGE);
 
 /** A path id that is not of the form of endpoint ids: 404 as for an unknown one, saying the form. */
 export const malformedEndpointId = () => new HttpError(404, MALFORMED_ENDPOINT_ID_MESSAGE);
@@ -95,10 +100,7 @@ const SET_BY_THE_SERVICE = ['id', 'configured', 'disabledReason', 'createdAt', '
  */
 export function unpatchableField(body: object, id: string): HttpError | undefined {
   if (Object.hasOwn(body, 'secret')) {
-    return new HttpError(
-      400,
-      `body/secret cannot be changed by PATCH: POST /webhooks/endpoints/${id}/secret/rotate sets a new signing key`,
-    );
+    return new HttpError(400, secretByPatchMessage(id));
   }
   if (Object.hasOwn(body, 'headers')) {
     return new HttpError(

@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { type AuthLimits, requireBearerToken } from '../../http/auth.js';
+import { type AuthLimits, plantTokenOnAdminMessage, requireBearerToken } from '../../http/auth.js';
+import { answerInCommon } from '../../http/common-answers.js';
 import { answerWithin } from '../../http/deadline.js';
 import { HttpError } from '../../http/errors.js';
 import { registerJsonBodyParser } from '../../http/json.js';
@@ -18,8 +19,9 @@ import {
   DISABLED_MESSAGE,
   DISABLED_SEND_MESSAGE,
   HEADERS_UNAVAILABLE_MESSAGE,
+  NOT_MERGE_PATCH_MESSAGE,
   secretUnavailableMessage,
-} from './examples.js';
+} from './messages.js';
 import { operations } from './operations.js';
 import {
   bodyOrEmpty,
@@ -72,6 +74,16 @@ export async function endpointRoutes(
   const changed = options.onEndpointsChanged ?? (() => {});
   const due = options.onDeliveriesDue ?? (() => {});
   await requireBearerToken(app, verifyToken, limits);
+  answerInCommon(app, {
+    otherScope: {
+      description:
+        'The token is valid, but a plant token: this API needs an admin token (insufficient_scope)',
+      message: plantTokenOnAdminMessage(),
+      summary: 'A plant token',
+    },
+    perTokenLimit: false,
+    busy: false,
+  });
   const answered = answerWithin(options.answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
   /** Why a change found no endpoint to change: it is not (404), or WEBHOOK_URLS owns it (409). */
@@ -132,10 +144,7 @@ export async function endpointRoutes(
       'application/merge-patch+json',
     ]);
     scope.addContentTypeParser('*', (_request, _payload, done) =>
-      done(
-        new HttpError(415, 'Content-Type must be application/merge-patch+json or application/json'),
-        undefined,
-      ),
+      done(new HttpError(415, NOT_MERGE_PATCH_MESSAGE), undefined),
     );
     scope
       .withTypeProvider<TypeBoxTypeProvider>()

@@ -1,4 +1,4 @@
-import { plantExamples } from '../../plants/schemas.js';
+import { plantExamples } from '../../plants/examples.js';
 import { ANY_EVENT_ID_PATTERN } from '../tables/ids.js';
 import { EVENT_TYPES, type EventType, type EventTypeName } from './event-types.js';
 
