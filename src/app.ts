@@ -25,6 +25,7 @@ import type { PlantRepository } from './plants/repository.js';
 import { plantRoutes } from './plants/routes.js';
 import { NewPlantSchema, PlantSchema, StoredPlantSchema } from './plants/schemas.js';
 import type { EndpointStore } from './webhooks/api/endpoints.js';
+import { MANAGEMENT_OFF_MESSAGE } from './webhooks/api/messages.js';
 import { endpointRoutes } from './webhooks/api/routes.js';
 import { endpointSchemas } from './webhooks/api/schemas.js';
 import { webhooksDocument } from './webhooks/catalog/document.js';
@@ -32,8 +33,6 @@ import type { Dispatcher } from './webhooks/delivery/engine.js';
 import type { Replays } from './webhooks/delivery/replays.js';
 
 /** The settings of the configuration that shape the HTTP app. */
-const MANAGEMENT_OFF =
-  'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
 
 export type AppConfig = Pick<Config, 'http' | 'auth' | 'metricsPort' | 'database' | 'webhooks'>;
 
@@ -138,7 +137,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     answerWithinMs,
   });
   // Without admin tokens the management API is off: its refusals say how to turn it on.
-  const managementOff = adminTokens.length === 0 ? MANAGEMENT_OFF : undefined;
+  const managementOff = adminTokens.length === 0 ? MANAGEMENT_OFF_MESSAGE : undefined;
   await app.register(endpointRoutes, {
     endpoints: options.endpoints,
     verifyToken: scoped.admin.verify,

@@ -14,6 +14,7 @@ import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/api/endpoints.js';
+import { MANAGEMENT_OFF_MESSAGE } from './webhooks/api/messages.js';
 import { createDispatcher, type Dispatcher } from './webhooks/delivery/engine.js';
 import { createWebhookMetrics } from './webhooks/delivery/metrics.js';
 import { createOutbox } from './webhooks/delivery/outbox.js';
@@ -76,8 +77,6 @@ function describeWebhooks(webhooks: Config['webhooks']): string {
   return `webhooks: sending each new plant to ${count} (${receivers.join(', ')}) and to ${endpoints}`;
 }
 
-const MANAGEMENT_OFF =
-  'the webhook management API (/webhooks/*) is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
 const KEYS_STORED_AS_THEY_ARE =
   'WEBHOOK_ENCRYPTION_KEYS is not set: webhook signing keys and custom headers are stored in the database as they are, so anyone who reads the database or a backup can sign events that the receivers accept and read the credentials those headers carry; set it (see "Endpoint keys at rest" in docs/webhooks.md)';
 
@@ -237,7 +236,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     replays = resends;
     logger.info({ webhookSubscribers: webhooks.urls.length }, describeWebhooks(webhooks));
     const managed = config.auth.adminTokens.length > 0;
-    if (!managed) logger.info(MANAGEMENT_OFF);
+    if (!managed) logger.info(MANAGEMENT_OFF_MESSAGE);
     if (encryptionKeys.length === 0 && (managed || webhooks.urls.length > 0)) {
       logger.warn(KEYS_STORED_AS_THEY_ARE);
     }

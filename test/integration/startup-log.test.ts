@@ -42,7 +42,7 @@ describe('the start-up log', () => {
   });
 
   const managementOff =
-    'the webhook management API (/webhooks/*) is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
+    'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
   const keysAsTheyAre = expect.stringMatching(
     /^WEBHOOK_ENCRYPTION_KEYS is not set: webhook signing keys and custom headers are stored in the database as they are/,
   );
