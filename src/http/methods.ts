@@ -28,10 +28,15 @@ export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: s
   });
 }
 
+/** Allow lists the methods in one order, whatever order their routes were registered in. */
+const ORDER = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
+const rank = (method: string) => (ORDER.includes(method) ? ORDER.indexOf(method) : ORDER.length);
+
 /**
- * Notes the methods of every route registered from now on; the function it returns, called once
- * every route is registered, answers 405 with Allow on each of their paths to the other methods
- * (paths that refuse them already, as the plants' do after authentication, are left as they are).
+ * Notes the methods of every route registered from now on in `app`'s scope; the function it
+ * returns, called once they all are, answers 405 with Allow on each of their paths to the other
+ * methods, after the scope's own hooks (paths that refuse them already, as a scope does after its
+ * authentication, are left as they are).
  */
 export function collectServedMethods(app: FastifyInstance): () => void {
   // By path without its trailing slash: a prefixed '/' route serves both forms (Fastify's
@@ -48,7 +53,8 @@ export function collectServedMethods(app: FastifyInstance): () => void {
   return () => {
     for (const { urls, methods } of served.values()) {
       if (methods.has('!')) continue;
-      for (const url of urls) refuseOtherMethods(app, url, [...methods]);
+      const allowed = [...methods].sort((a, b) => rank(a) - rank(b));
+      for (const url of urls) refuseOtherMethods(app, url, allowed);
     }
   };
 }

@@ -5,7 +5,7 @@ import { type AuthLimits, requireBearerToken } from '../http/auth.js';
 import { answerInCommon } from '../http/common-answers.js';
 import { answerWithin } from '../http/deadline.js';
 import { errorResponse, HttpError } from '../http/errors.js';
-import { refuseOtherMethods } from '../http/methods.js';
+import { collectServedMethods } from '../http/methods.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
 import { plantErrorExamples as errors, notPlantJson, plantExamples } from './examples.js';
@@ -67,6 +67,8 @@ export async function plantRoutes(
 ): Promise<void> {
   await requireBearerToken(app, verifyToken, limits);
   answerInCommon(app, { perTokenLimit: true, busy: true });
+  // After authentication: a method a path does not serve is 405 only to a known client.
+  const refuseUnservedMethods = collectServedMethods(app);
   // A request waits for a batch, a pooled connection and its statement: all of it must fit in
   // the statement timeout. The work goes on after a 503; a create that still commits is found
   // by its retry (a replay).
@@ -217,6 +219,5 @@ export async function plantRoutes(
     );
   });
 
-  refuseOtherMethods(app, '/plants', ['GET', 'HEAD', 'POST']);
-  refuseOtherMethods(app, '/plants/:id', ['GET', 'HEAD', 'DELETE']);
+  refuseUnservedMethods();
 }

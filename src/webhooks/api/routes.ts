@@ -5,7 +5,7 @@ import { answerInCommon } from '../../http/common-answers.js';
 import { answerWithin } from '../../http/deadline.js';
 import { HttpError } from '../../http/errors.js';
 import { registerJsonBodyParser } from '../../http/json.js';
-import { refuseOtherMethods } from '../../http/methods.js';
+import { collectServedMethods } from '../../http/methods.js';
 import { INT64_MAX } from '../../kinds.js';
 import { DEFAULT_EVENT_TYPES, EVENT_TYPES_JSON } from '../catalog/event-types.js';
 import type { Dispatcher } from '../delivery/engine.js';
@@ -84,6 +84,8 @@ export async function endpointRoutes(
     perTokenLimit: false,
     busy: false,
   });
+  // After authentication: a method a path does not serve is 405 only to an admin.
+  const refuseUnservedMethods = collectServedMethods(app);
   const answered = answerWithin(options.answerWithinMs);
   const api = app.withTypeProvider<TypeBoxTypeProvider>();
   /** Why a change found no endpoint to change: it is not (404), or WEBHOOK_URLS owns it (409). */
@@ -339,14 +341,5 @@ export async function endpointRoutes(
     reply.type(JSON_TYPE).send(EVENT_TYPES_JSON),
   );
 
-  refuseOtherMethods(app, BASE, ['GET', 'HEAD', 'POST']);
-  refuseOtherMethods(app, `${BASE}/:id`, ['GET', 'HEAD', 'PATCH', 'DELETE']);
-  refuseOtherMethods(app, `${BASE}/:id/secret`, ['GET', 'HEAD']);
-  refuseOtherMethods(app, `${BASE}/:id/secret/rotate`, ['POST']);
-  refuseOtherMethods(app, `${BASE}/:id/headers`, ['GET', 'HEAD', 'PUT']);
-  refuseOtherMethods(app, `${BASE}/:id/attempts`, ['GET', 'HEAD']);
-  refuseOtherMethods(app, `${BASE}/:id/recover`, ['POST']);
-  refuseOtherMethods(app, `${BASE}/:id/events/:eventId/resend`, ['POST']);
-  refuseOtherMethods(app, `${BASE}/:id/test`, ['POST']);
-  refuseOtherMethods(app, EVENT_TYPES, ['GET', 'HEAD']);
+  refuseUnservedMethods();
 }
