@@ -16,29 +16,36 @@ export function queryStringOf(url: string): string {
   return start === -1 ? '' : url.slice(start + 1);
 }
 
+/** Reads one parameter's value; `where` names it for a 400 (`querystring/limit`). */
+export type ParameterReader<T> = (value: string, where: string) => T;
+
+/** A parameter taken as the text it is. */
+export const asText: ParameterReader<string> = (value) => value;
+
 /**
- * The values of the parameters `names` in `query`, read from the raw query string rather than
- * Fastify's parsed one, which keeps malformed percent-encoding as it is and merges repeated
- * parameters. Each may be given once (400 naming it otherwise); other parameters are ignored
- * whatever they hold.
+ * The parameters that `readers` names in `query`, each read by its reader as it comes, from the
+ * raw query string rather than Fastify's parsed one, which keeps malformed percent-encoding as it
+ * is and merges repeated parameters. Each may be given once (400 naming it otherwise); other
+ * parameters are ignored whatever they hold.
  */
-export function readQueryParameters<Name extends string>(
+export function readQueryParameters<Readers extends Record<string, ParameterReader<unknown>>>(
   query: string,
-  names: readonly Name[],
-): Partial<Record<Name, string>> {
-  const values: Partial<Record<Name, string>> = {};
-  if (query === '') return values;
+  readers: Readers,
+): { [Name in keyof Readers]?: ReturnType<Readers[Name]> } {
+  const values: Record<string, unknown> = {};
+  if (query === '') return values as never;
   for (const pair of query.split('&')) {
     const equals = pair.indexOf('=');
     const name = decodeComponent(equals === -1 ? pair : pair.slice(0, equals));
-    if (name === undefined || !names.includes(name as Name)) continue;
+    const read = name === undefined || !Object.hasOwn(readers, name) ? undefined : readers[name];
+    if (name === undefined || read === undefined) continue;
     const where = `querystring/${name}`;
     if (name in values) throw new HttpError(400, `${where} must not be given more than once`);
     const value = decodeComponent(equals === -1 ? '' : pair.slice(equals + 1));
     if (value === undefined) throw new HttpError(400, `${where} must be percent-encoded UTF-8`);
-    values[name as Name] = value;
+    values[name] = read(value, where);
   }
-  return values;
+  return values as never;
 }
 
 /** A page size of `text`: canonical decimal from 1 to `max`; a 400 naming `where` otherwise. */

@@ -6,6 +6,7 @@ import { answerInCommon } from '../http/common-answers.js';
 import { answerWithin } from '../http/deadline.js';
 import { errorResponse, HttpError } from '../http/errors.js';
 import { collectServedMethods } from '../http/methods.js';
+import { queryStringOf } from '../http/query.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
 import { plantErrorExamples as errors, notPlantJson, plantExamples } from './examples.js';
@@ -47,8 +48,7 @@ async function readPlantId(request: FastifyRequest): Promise<void> {
 
 /** The page parameters, from the raw query string (see parsePageQuery). */
 async function readPageQuery(request: FastifyRequest): Promise<void> {
-  const start = request.url.indexOf('?');
-  request.query = parsePageQuery(start === -1 ? '' : request.url.slice(start + 1));
+  request.query = parsePageQuery(queryStringOf(request.url));
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/errors.js';
-import { parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
+import { asText, parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
 import { INT64_MAX } from '../../kinds.js';
 import { attemptKeyOf, endpointKeyOf } from '../tables/ids.js';
 import {
@@ -64,7 +64,10 @@ function pageQuery(limit: string | undefined, others: Record<string, string | un
 }
 
 export async function readEndpointPage(request: FastifyRequest): Promise<void> {
-  const { limit, after } = readQueryParameters(queryStringOf(request.url), ['limit', 'after']);
+  const { limit, after } = readQueryParameters(queryStringOf(request.url), {
+    limit: asText,
+    after: asText,
+  });
   if (after !== undefined && endpointKey(after) === undefined) {
     throw new HttpError(
       400,
@@ -76,7 +79,11 @@ export async function readEndpointPage(request: FastifyRequest): Promise<void> {
 
 export async function readAttemptPage(request: FastifyRequest): Promise<void> {
   const query = queryStringOf(request.url);
-  const { limit, after, status } = readQueryParameters(query, ['limit', 'after', 'status']);
+  const { limit, after, status } = readQueryParameters(query, {
+    limit: asText,
+    after: asText,
+    status: asText,
+  });
   const afterKey = after === undefined ? undefined : attemptKeyOf(after);
   if (after !== undefined && (afterKey === undefined || afterKey > INT64_MAX)) {
     throw new HttpError(
