@@ -41,7 +41,7 @@ export interface AttemptRow {
   eventId: string;
   /** In decimal: the plant's id is an int64, which a number would round. */
   plantId: string | null;
-  /** Why it was made (see triggers.ts). */
+  /** Why it was made (see tables/triggers.ts). */
   trigger: AttemptTrigger;
   succeeded: boolean;
   responseStatus: number | null;
@@ -190,7 +190,7 @@ export function createEndpointStore(
     'webhook_endpoint_headers',
     sql`select configured, headers from webhook_endpoints where id = ${endpointKey}`,
   );
-  // A new version, as every change has: the lanes open the headers again (see sending.ts).
+  // A new version, as every change has: the lanes open the headers again (see delivery/sending.ts).
   const replaceHeaders = prepareStatement<{ id: string }>(
     db,
     'webhook_endpoint_set_headers',

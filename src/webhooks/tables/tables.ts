@@ -21,7 +21,7 @@ export const webhookEvents = pgTable('webhook_events', {
   id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
   /** Sent as `webhook-id`: the same on every attempt and for every URL. */
   eventId: uuid('event_id').notNull().defaultRandom(),
-  /** Its type (see event-types.ts): an endpoint receives the types it lists in `events`. */
+  /** Its type (see catalog/event-types.ts): an endpoint receives the types it lists in `events`. */
   type: text('type').notNull().default('newPlant'),
   /** The exact bytes that are signed and sent. */
   body: text('body').notNull(),
@@ -32,7 +32,7 @@ export const webhookEvents = pgTable('webhook_events', {
 
 /**
  * Every subscriber: made through the management API, or declared by WEBHOOK_URLS
- * (`configured`), each with its own signing key. The keys are stored sealed (see secrets.ts):
+ * (`configured`), each with its own signing key. The keys are stored sealed (see security/secrets.ts):
  * encrypted under WEBHOOK_ENCRYPTION_KEYS when it is set.
  */
 export const webhookEndpoints = pgTable(
