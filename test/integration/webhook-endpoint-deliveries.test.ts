@@ -4,6 +4,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
+import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
 import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
 import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
 import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/delivery/timing.js';
@@ -749,12 +750,12 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
       const client = await connection(t);
       await client.query('begin');
       await recordEvent(client, 80);
-      const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(1000, ENGINE_TIMING) });
+      const declarations = createDeclarations(t.appDatabase.db);
       const sealFor = seal
         ? (key: string) => sealSecret(generateSecret(), [], secretOf(key))
         : undefined;
       let answered = false;
-      const declared = outbox.declare([url], sealFor, 60_000).then(() => {
+      const declared = declarations.declare([url], sealFor, 60_000).then(() => {
         answered = true;
       });
       await new Promise((resolve) => setTimeout(resolve, 200));

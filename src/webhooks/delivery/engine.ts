@@ -6,6 +6,8 @@ import { plantIdOf } from '../catalog/plant-id.js';
 import type { SecuritySettings } from '../security/settings.js';
 import { webhookId } from '../tables/ids.js';
 import { attemptTrigger } from '../tables/triggers.js';
+import { createDeclarations, type Declarations } from './declare.js';
+import { createLanes, type Lane } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
 import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
 import {
@@ -13,11 +15,11 @@ import {
   type DisabledEndpoint,
   GONE_REASON,
   type Outcome,
-  type OutcomeStatements,
 } from './outcomes.js';
+import { createRecorder } from './recorder.js';
 import { createReplays, type Replays } from './replays.js';
 import { describeFailure, nextStep } from './schedule.js';
-import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
+import { type AttemptResult, sendOn } from './sending.js';
 import type { DeliverySettings } from './settings.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor, paceWindowMsFor } from './timing.js';
 import { createUpkeep, type Upkeep } from './upkeep.js';
@@ -58,6 +60,7 @@ export interface DispatcherOptions {
   metrics?: WebhookMetrics;
   /** The statements; made from `db` unless given. */
   outbox?: Outbox;
+  declarations?: Declarations;
   upkeep?: Upkeep;
   replays?: Replays;
   /** Timings other than production's (tests). */
@@ -79,6 +82,7 @@ export function createDispatcher(options: DispatcherOptions) {
   const timing = { ...ENGINE_TIMING, ...options.timing };
   const leaseMs = leaseMsFor(config.timeoutMs, timing);
   const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
+  const declarations = options.declarations ?? createDeclarations(options.db);
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const replays = options.replays ?? createReplays(options.db, config);
   const recorder = createRecorder(
@@ -506,7 +510,7 @@ export function createDispatcher(options: DispatcherOptions) {
   function declareAgain(now: number): void {
     if (now - lastDeclared < timing.declareAgainMs) return;
     lastDeclared = now;
-    outbox.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
+    declarations.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
       logger.warn({ err: error }, 'WEBHOOK_URLS endpoints not declared again');
     });
   }
@@ -613,61 +617,5 @@ export function createDispatcher(options: DispatcherOptions) {
       return attemptTest(delivery);
     },
     stats: () => ({ inFlight: inFlight(), queued: count((lane) => lane.queue.length) }),
-  };
-}
-
-const RECORD_BATCH_MAX = 5000;
-
-/**
- * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
- * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
- */
-function createRecorder(
-  statements: OutcomeStatements,
-  logger: FastifyBaseLogger,
-  onRecorded: (batch: readonly Outcome[], disabled: DisabledEndpoint[]) => void,
-  /** See EngineTiming.recordIntervalMs. */
-  intervalMs: number,
-) {
-  const unrecorded: Outcome[] = [];
-  let recording: Promise<void> | undefined;
-  let timer: NodeJS.Timeout | undefined;
-  let timerSoon = false;
-
-  async function write(): Promise<void> {
-    clearTimeout(timer);
-    timer = undefined;
-    while (recording) await recording;
-    if (unrecorded.length === 0) return;
-    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
-    recording = statements.record(batch).then(
-      (disabled) => {
-        onRecorded(batch, disabled);
-      },
-      (error) => {
-        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
-      },
-    );
-    await recording;
-    recording = undefined;
-    if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
-  }
-
-  function schedule(soon: boolean): void {
-    if (timer !== undefined && (timerSoon || !soon)) return;
-    clearTimeout(timer);
-    timerSoon = soon;
-    timer = setTimeout(write, soon ? 0 : intervalMs);
-  }
-
-  return {
-    // A retry is written at once, so that it is due when a process wakes up for it.
-    record(outcome: Outcome): void {
-      unrecorded.push(outcome);
-      schedule(outcome.kind !== 'delivered');
-    },
-    async flush(): Promise<void> {
-      while (unrecorded.length > 0 || recording) await write();
-    },
   };
 }
