@@ -12,9 +12,10 @@ import { connectOptions, forbiddenHost } from '../security/destination.js';
 import { type KeyRing, openSecret } from '../security/secrets.js';
 import { signingKey } from '../security/signature.js';
 import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
+import { type Alarm, createAlarm, type OneAtATime, oneAtATime } from './running.js';
 
-/** One endpoint: its connections, its queue, its attempts; aimed by createLanes. */
-function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
+/** What an endpoint's lane knows of it and holds: aimed by createLanes. */
+function laneState(target: EndpointTarget, guarded: boolean, pool: Pool) {
   return {
     endpoint: target.key,
     url: target.url,
@@ -43,21 +44,40 @@ function newLane(target: EndpointTarget, guarded: boolean, pool: Pool) {
     version: 0,
     queue: [] as ClaimedDelivery[],
     inFlight: new Set<ClaimedDelivery>(),
-    claiming: false,
-    claimAgain: false,
     /** The last claim took all it asked for: more may be due. */
     backlog: false,
-    wakeAt: Number.POSITIVE_INFINITY,
-    wakeTimer: undefined as NodeJS.Timeout | undefined,
-    /** When the first of the queue, a paced delivery, may start: the lane pumps again then. */
-    paceAt: Number.POSITIVE_INFINITY,
-    paceTimer: undefined as NodeJS.Timeout | undefined,
     /** performance.now() when it last had work: idle endpoint lanes are closed. */
     lastBusy: performance.now(),
   };
 }
 
-export type Lane = ReturnType<typeof newLane>;
+/** One endpoint: its connections, its queue, its attempts, and when it claims and starts them. */
+export interface Lane extends ReturnType<typeof laneState> {
+  /** Its claims, one at a time. */
+  claims: OneAtATime;
+  /** Claims for the lane when a retry or its next slots fall due. */
+  wake: Alarm;
+  /** Starts the first of its queue, a paced delivery, when its slot begins. */
+  pace: Alarm;
+}
+
+/** What a lane's timers and claims run, given by the dispatcher. */
+export interface LaneWork {
+  /** Claims due deliveries for the lane's free slots. */
+  claim(lane: Lane): Promise<void>;
+  /** Starts what the lane's queue may start now. */
+  pump(lane: Lane): void;
+}
+
+function newLane(target: EndpointTarget, guarded: boolean, pool: Pool, work: LaneWork): Lane {
+  const lane: Lane = {
+    ...laneState(target, guarded, pool),
+    claims: oneAtATime(() => work.claim(lane)),
+    wake: createAlarm(() => lane.claims.run()),
+    pace: createAlarm(() => work.pump(lane)),
+  };
+  return lane;
+}
 
 export interface LaneOptions {
   timeoutMs: number;
@@ -70,7 +90,7 @@ export interface LaneOptions {
 }
 
 /** Makes and retargets lanes; keys are derived once per sealed secret. */
-export function createLanes(options: LaneOptions) {
+export function createLanes(options: LaneOptions, work: LaneWork) {
   const keyCache = new Map<string, KeyObject>();
   const keyOf = (sealed: string, endpoint: string): KeyObject => {
     const cached = `${endpoint} ${sealed}`;
@@ -131,9 +151,9 @@ export function createLanes(options: LaneOptions) {
 
   return {
     /** An endpoint's lane, as `target` says it is now. */
-    lane(target: EndpointTarget) {
+    lane(target: EndpointTarget): Lane {
       const guarded = guardedFor(target);
-      const lane = newLane(target, guarded, poolFor(new URL(target.url), guarded));
+      const lane = newLane(target, guarded, poolFor(new URL(target.url), guarded), work);
       aim(lane, target.url, guarded);
       this.retarget(lane, target);
       return lane;
