@@ -14,7 +14,12 @@ import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import { eventually } from '../helpers/eventually.js';
-import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
+import {
+  type Answer,
+  type ReceivedRequest,
+  startReceiver,
+  WEBHOOK_SECRET,
+} from '../helpers/receiver.js';
 import { ringKey } from '../helpers/sealed.js';
 import { webhookApps } from '../helpers/webhook-apps.js';
 
@@ -404,6 +409,47 @@ describe('a retry', () => {
     const [first, retry] = await hook.waitFor(2, 5000);
     expect(first?.headers['webhook-id']).toBe(retry?.headers['webhook-id']);
     expect(retry?.verified).toBe(true);
+  });
+});
+
+describe('a retry, with no poll before the test ends', () => {
+  /** Only a wake can deliver a retry in time: the poll comes a minute after the start. */
+  const onlyWakes = { pollIntervalMs: 60_000 };
+  /** A receiver that answers the first attempt of each plant as `first` says (503), then 200. */
+  async function failingFirst(
+    secret: string,
+    first: (body: string) => Answer = () => ({ status: 503 }),
+  ) {
+    const hook = await receiver(secret, (request) =>
+      hook.requests.some((earlier) => earlier.body === request.body)
+        ? { status: 200 }
+        : first(request.body),
+    );
+    return hook;
+  }
+  /** Resolves once the retry of `count` deliveries is written (their first attempt failed). */
+  const retriesWritten = (t: TestApp, count: number) =>
+    eventually(
+      () => t.database.query('select 1 from webhook_deliveries where last_status = 503'),
+      (rows) => rows.length === count,
+    );
+  const bodies = (requests: ReceivedRequest[]) => requests.map((request) => request.body).sort();
+
+  it('is claimed when due though an earlier retry of its endpoint was still waited for', async () => {
+    const secret = generateSecret();
+    const hook = await failingFirst(secret);
+    const t = await app({ retrySchedule: [1] }, { webhookTiming: onlyWakes });
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    await retriesWritten(t, 1);
+    // Its retry falls due after the first one's, whose wake is pending.
+    expect((await postPlant(t.app, { id: 2, name: 'Ivy' })).statusCode).toBe(200);
+    expect(bodies(await hook.waitFor(4, 10_000))).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+      '{"id":2,"name":"Ivy"}',
+      '{"id":2,"name":"Ivy"}',
+    ]);
   });
 });
 

@@ -55,7 +55,7 @@ function laneState(target: EndpointTarget, guarded: boolean, pool: Pool) {
 export interface Lane extends ReturnType<typeof laneState> {
   /** Its claims, one at a time. */
   claims: OneAtATime;
-  /** Claims for the lane when a retry or its next slots fall due. */
+  /** Claims for the lane when each retry, and its next slots, fall due. */
   wake: Alarm;
   /** Starts the first of its queue, a paced delivery, when its slot begins. */
   pace: Alarm;

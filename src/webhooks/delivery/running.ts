@@ -30,27 +30,42 @@ export function oneAtATime(job: () => Promise<void>) {
 
 export type OneAtATime = ReturnType<typeof oneAtATime>;
 
-/** Runs `job` at the earliest of the times (performance.now()) it is asked for. */
+/**
+ * Runs `job` at each of the times (performance.now()) it is asked for: armed for the earliest,
+ * it keeps the later ones and arms again for the next once it has run. Times already passed
+ * when it runs are run together.
+ */
 export function createAlarm(job: () => void) {
+  /** The times asked for and not yet run, earliest first. */
+  const times: number[] = [];
   let armedAt = Number.POSITIVE_INFINITY;
   let timer: NodeJS.Timeout | undefined;
+  function arm(): void {
+    const next = times[0] ?? Number.POSITIVE_INFINITY;
+    if (next === armedAt) return;
+    clearTimeout(timer);
+    armedAt = next;
+    if (next === Number.POSITIVE_INFINITY) return;
+    timer = setTimeout(ring, Math.max(0, next - performance.now()));
+    timer.unref();
+  }
+  function ring(): void {
+    const until = Math.max(armedAt, performance.now());
+    while ((times[0] ?? Number.POSITIVE_INFINITY) <= until) times.shift();
+    armedAt = Number.POSITIVE_INFINITY;
+    arm();
+    job();
+  }
   return {
     at(time: number): void {
-      if (time >= armedAt) return;
-      clearTimeout(timer);
-      armedAt = time;
-      timer = setTimeout(
-        () => {
-          armedAt = Number.POSITIVE_INFINITY;
-          job();
-        },
-        Math.max(0, time - performance.now()),
-      );
-      timer.unref();
+      let place = times.length;
+      while (place > 0 && (times[place - 1] ?? 0) > time) place--;
+      if (times[place - 1] !== time) times.splice(place, 0, time);
+      arm();
     },
     clear(): void {
-      clearTimeout(timer);
-      armedAt = Number.POSITIVE_INFINITY;
+      times.length = 0;
+      arm();
     },
   };
 }
