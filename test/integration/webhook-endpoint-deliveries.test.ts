@@ -451,6 +451,30 @@ describe('a retry, with no poll before the test ends', () => {
       '{"id":2,"name":"Ivy"}',
     ]);
   });
+
+  it('is claimed when its lane frees up, having fallen due while the lane was full', async () => {
+    const secret = generateSecret();
+    // Plant 2's attempt holds the lane's one slot for a second.
+    const hook = await failingFirst(secret, (body) =>
+      body.includes('"id":2') ? { status: 200, delayMs: 1000 } : { status: 503 },
+    );
+    const t = await app(
+      { retrySchedule: [0.2], concurrency: 1, timeoutMs: 3000 },
+      { webhookTiming: onlyWakes },
+    );
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    await retriesWritten(t, 1);
+    expect((await postPlant(t.app, { id: 2, name: 'Ivy' })).statusCode).toBe(200);
+    const requests = await hook.waitFor(3, 10_000);
+    expect(bodies(requests)).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+      '{"id":2,"name":"Ivy"}',
+    ]);
+    // The retry fell due while plant 2's attempt held the lane.
+    expect(requests[2]?.body).toBe('{"id":1,"name":"Fern"}');
+  });
 });
 
 describe('endpoints through the API, end to end', () => {

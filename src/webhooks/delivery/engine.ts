@@ -348,7 +348,11 @@ export function createDispatcher(options: DispatcherOptions) {
   async function claimDue(lane: Lane): Promise<void> {
     if (!running || stopping) return;
     const free = config.concurrency - lane.inFlight.size - lane.queue.length;
-    if (free <= 0) return;
+    if (free <= 0) {
+      // What was due stays due: claimed when an attempt ends and frees a slot.
+      lane.backlog = true;
+      return;
+    }
     try {
       const deliveries = await outbox.claim(free, lane.endpoint, [], paceWindowMs);
       lane.backlog = deliveries.length === free;
@@ -367,6 +371,8 @@ export function createDispatcher(options: DispatcherOptions) {
     const busy: string[] = [];
     for (const lane of lanes.values()) {
       const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
+      // A full lane claims its own once a slot frees.
+      if (full) lane.backlog = true;
       if (full || lane.claims.busy()) busy.push(lane.endpoint);
     }
     try {

@@ -44,7 +44,7 @@ function laneState(target: EndpointTarget, guarded: boolean, pool: Pool) {
     version: 0,
     queue: [] as ClaimedDelivery[],
     inFlight: new Set<ClaimedDelivery>(),
-    /** The last claim took all it asked for: more may be due. */
+    /** More may be due than it holds: its last claim took all it asked for, or it was full. */
     backlog: false,
     /** performance.now() when it last had work: idle endpoint lanes are closed. */
     lastBusy: performance.now(),
