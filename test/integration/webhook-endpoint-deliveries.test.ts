@@ -475,6 +475,27 @@ describe('a retry, with no poll before the test ends', () => {
     // The retry fell due while plant 2's attempt held the lane.
     expect(requests[2]?.body).toBe('{"id":1,"name":"Fern"}');
   });
+
+  it("is claimed when due by the database's clock, though that runs ahead of this process's", async () => {
+    const secret = generateSecret();
+    const hook = await failingFirst(secret);
+    const t = await app(
+      { retrySchedule: [0.2] },
+      { webhookTiming: { ...onlyWakes, wakeMarginMs: 100 } },
+    );
+    // Each retry falls due 50 ms later than this process reckons: as if its timer fired early.
+    await t.database.query(`create function late_retry() returns trigger language plpgsql as $$
+      begin new.next_attempt_at := new.next_attempt_at + interval '50 milliseconds'; return new; end $$`);
+    await t.database.query(`create trigger late_retry before update on webhook_deliveries
+      for each row when (new.last_status is not null and new.failed_at is null)
+      execute function late_retry()`);
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    expect(bodies(await hook.waitFor(2, 10_000))).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+    ]);
+  });
 });
 
 describe('endpoints through the API, end to end', () => {

@@ -324,7 +324,9 @@ export function createDispatcher(options: DispatcherOptions) {
     for (const outcome of batch) {
       // Written, the retry is due `delayMs` after its statement began: before now.
       const wake = retryWakes.get(outcome);
-      if (wake && !stopping) wake.lane.wake.at(performance.now() + wake.delayMs);
+      if (wake && !stopping) {
+        wake.lane.wake.at(performance.now() + wake.delayMs + timing.wakeMarginMs);
+      }
       const key = givenBack.get(outcome);
       if (key !== undefined) released.add(key);
     }
