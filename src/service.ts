@@ -15,6 +15,7 @@ import { createPlantRepository, type PlantRepository } from './plants/repository
 import { startTracing } from './tracing/start.js';
 import { createEndpointStore, type EndpointStore } from './webhooks/api/endpoints.js';
 import { MANAGEMENT_OFF_MESSAGE } from './webhooks/api/messages.js';
+import { createDeclarations } from './webhooks/delivery/declare.js';
 import { createDispatcher, type Dispatcher } from './webhooks/delivery/engine.js';
 import { createWebhookMetrics } from './webhooks/delivery/metrics.js';
 import { createOutbox } from './webhooks/delivery/outbox.js';
@@ -198,9 +199,10 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     const { secret, encryptionKeys } = webhooks;
     const timing = { ...ENGINE_TIMING, ...deps.webhookTiming };
     const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks.timeoutMs, timing) });
+    const declarations = createDeclarations(db.db);
     // Before the first create: its events are recorded for them.
     await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
-      outbox.declare(
+      declarations.declare(
         webhooks.urls,
         secret === undefined
           ? undefined
@@ -227,6 +229,7 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       config: webhooks,
       logger,
       outbox,
+      declarations,
       timing,
       upkeep,
       replays: resends,

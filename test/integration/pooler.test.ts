@@ -4,6 +4,7 @@ import type { AppDatabase } from '../../src/db/app-database.js';
 import { DatabaseUnavailableError, RowRejectedError } from '../../src/db/errors.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createPlantRepository } from '../../src/plants/repository.js';
+import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
 import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
 import { sealSecret } from '../../src/webhooks/security/secrets.js';
 import {
@@ -72,7 +73,7 @@ describe('with DB_POOLER=true', () => {
   it('records events and fans them out leaving no prepared statement on the connection', async () => {
     const [fanOut, rows] = await withDatabase(open(true), async (db) => {
       const outbox = createOutbox(db.db, { leaseMs: 60_000 });
-      await outbox.declare(
+      await createDeclarations(db.db).declare(
         ['http://a/', 'http://b/'],
         (endpoint) => sealSecret(WEBHOOK_SECRET, [], { endpoint, field: 'secret' }),
         60_000,

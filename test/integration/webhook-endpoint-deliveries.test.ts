@@ -4,6 +4,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
+import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
 import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
 import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
 import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/delivery/timing.js';
@@ -13,7 +14,12 @@ import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
 import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
 import { testEngine } from '../helpers/database.js';
 import { eventually } from '../helpers/eventually.js';
-import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
+import {
+  type Answer,
+  type ReceivedRequest,
+  startReceiver,
+  WEBHOOK_SECRET,
+} from '../helpers/receiver.js';
 import { ringKey } from '../helpers/sealed.js';
 import { webhookApps } from '../helpers/webhook-apps.js';
 
@@ -406,6 +412,92 @@ describe('a retry', () => {
   });
 });
 
+describe('a retry, with no poll before the test ends', () => {
+  /** Only a wake can deliver a retry in time: the poll comes a minute after the start. */
+  const onlyWakes = { pollIntervalMs: 60_000 };
+  /** A receiver that answers the first attempt of each plant as `first` says (503), then 200. */
+  async function failingFirst(
+    secret: string,
+    first: (body: string) => Answer = () => ({ status: 503 }),
+  ) {
+    const hook = await receiver(secret, (request) =>
+      hook.requests.some((earlier) => earlier.body === request.body)
+        ? { status: 200 }
+        : first(request.body),
+    );
+    return hook;
+  }
+  /** Resolves once the retry of `count` deliveries is written (their first attempt failed). */
+  const retriesWritten = (t: TestApp, count: number) =>
+    eventually(
+      () => t.database.query('select 1 from webhook_deliveries where last_status = 503'),
+      (rows) => rows.length === count,
+    );
+  const bodies = (requests: ReceivedRequest[]) => requests.map((request) => request.body).sort();
+
+  it('is claimed when due though an earlier retry of its endpoint was still waited for', async () => {
+    const secret = generateSecret();
+    const hook = await failingFirst(secret);
+    const t = await app({ retrySchedule: [1] }, { webhookTiming: onlyWakes });
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    await retriesWritten(t, 1);
+    // Its retry falls due after the first one's, whose wake is pending.
+    expect((await postPlant(t.app, { id: 2, name: 'Ivy' })).statusCode).toBe(200);
+    expect(bodies(await hook.waitFor(4, 10_000))).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+      '{"id":2,"name":"Ivy"}',
+      '{"id":2,"name":"Ivy"}',
+    ]);
+  });
+
+  it('is claimed when its lane frees up, having fallen due while the lane was full', async () => {
+    const secret = generateSecret();
+    // Plant 2's attempt holds the lane's one slot for a second.
+    const hook = await failingFirst(secret, (body) =>
+      body.includes('"id":2') ? { status: 200, delayMs: 1000 } : { status: 503 },
+    );
+    const t = await app(
+      { retrySchedule: [0.2], concurrency: 1, timeoutMs: 3000 },
+      { webhookTiming: onlyWakes },
+    );
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    await retriesWritten(t, 1);
+    expect((await postPlant(t.app, { id: 2, name: 'Ivy' })).statusCode).toBe(200);
+    const requests = await hook.waitFor(3, 10_000);
+    expect(bodies(requests)).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+      '{"id":2,"name":"Ivy"}',
+    ]);
+    // The retry fell due while plant 2's attempt held the lane.
+    expect(requests[2]?.body).toBe('{"id":1,"name":"Fern"}');
+  });
+
+  it("is claimed when due by the database's clock, though that runs ahead of this process's", async () => {
+    const secret = generateSecret();
+    const hook = await failingFirst(secret);
+    const t = await app(
+      { retrySchedule: [0.2] },
+      { webhookTiming: { ...onlyWakes, wakeMarginMs: 100 } },
+    );
+    // Each retry falls due 50 ms later than this process reckons: as if its timer fired early.
+    await t.database.query(`create function late_retry() returns trigger language plpgsql as $$
+      begin new.next_attempt_at := new.next_attempt_at + interval '50 milliseconds'; return new; end $$`);
+    await t.database.query(`create trigger late_retry before update on webhook_deliveries
+      for each row when (new.last_status is not null and new.failed_at is null)
+      execute function late_retry()`);
+    await endpoint(t, hook.url, secret);
+    expect((await postPlant(t.app, { id: 1, name: 'Fern' })).statusCode).toBe(200);
+    expect(bodies(await hook.waitFor(2, 10_000))).toStrictEqual([
+      '{"id":1,"name":"Fern"}',
+      '{"id":1,"name":"Fern"}',
+    ]);
+  });
+});
+
 describe('endpoints through the API, end to end', () => {
   const ADMIN = 'admin-token-e2e-5d1f';
   const admin = (
@@ -749,12 +841,12 @@ describe.runIf(testEngine() === 'postgres')('races with a change of the endpoint
       const client = await connection(t);
       await client.query('begin');
       await recordEvent(client, 80);
-      const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(1000, ENGINE_TIMING) });
+      const declarations = createDeclarations(t.appDatabase.db);
       const sealFor = seal
         ? (key: string) => sealSecret(generateSecret(), [], secretOf(key))
         : undefined;
       let answered = false;
-      const declared = outbox.declare([url], sealFor, 60_000).then(() => {
+      const declared = declarations.declare([url], sealFor, 60_000).then(() => {
         answered = true;
       });
       await new Promise((resolve) => setTimeout(resolve, 200));

@@ -3,8 +3,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/logger.js';
 import { createPlantQueries } from '../../src/plants/queries.js';
+import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
 import { createDispatcher } from '../../src/webhooks/delivery/engine.js';
-import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
 import { redeliverFailed } from '../../src/webhooks/delivery/upkeep.js';
 import { openSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
 import type { WebhookSettings } from '../../src/webhooks/settings.js';
@@ -537,9 +537,8 @@ describe.runIf(testEngine() === 'postgres')('WEBHOOK_URLS declared by two replic
     const id = inserted.rows[0]?.id ?? '';
     const theirs = sealSecret(WEBHOOK_SECRET, keys, place(id));
     await replica.query('update webhook_endpoints set secret = $2 where id = $1', [id, theirs]);
-    const outbox = createOutbox(t.appDatabase.db, { leaseMs: 60_000 });
     const sealFor = (endpoint: string) => sealSecret(WEBHOOK_SECRET, keys, place(endpoint));
-    const declaring = outbox.declare([hook.url], sealFor, 60_000);
+    const declaring = createDeclarations(t.appDatabase.db).declare([hook.url], sealFor, 60_000);
     // This declaration drew a row key of its own, and its insert waits for the other's.
     await eventually(
       () =>

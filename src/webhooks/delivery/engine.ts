@@ -6,6 +6,8 @@ import { plantIdOf } from '../catalog/plant-id.js';
 import type { SecuritySettings } from '../security/settings.js';
 import { webhookId } from '../tables/ids.js';
 import { attemptTrigger } from '../tables/triggers.js';
+import { createDeclarations, type Declarations } from './declare.js';
+import { createLanes, type Lane } from './lanes.js';
 import type { WebhookMetrics } from './metrics.js';
 import { type ClaimedDelivery, createOutbox, type Outbox } from './outbox.js';
 import {
@@ -13,11 +15,12 @@ import {
   type DisabledEndpoint,
   GONE_REASON,
   type Outcome,
-  type OutcomeStatements,
 } from './outcomes.js';
+import { createRecorder } from './recorder.js';
 import { createReplays, type Replays } from './replays.js';
+import { oneAtATime } from './running.js';
 import { describeFailure, nextStep } from './schedule.js';
-import { type AttemptResult, createLanes, type Lane, sendOn } from './sending.js';
+import { type AttemptResult, sendOn } from './sending.js';
 import type { DeliverySettings } from './settings.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor, paceWindowMsFor } from './timing.js';
 import { createUpkeep, type Upkeep } from './upkeep.js';
@@ -41,6 +44,16 @@ const SLOT_LATE_MIN_MS = 20;
 
 export type Dispatcher = ReturnType<typeof createDispatcher>;
 
+/** An attempt that ended, for its outcome. */
+interface Attempted {
+  lane: Lane;
+  delivery: ClaimedDelivery;
+  result: AttemptResult;
+  /** Date.now() when it started. */
+  startedAt: number;
+  durationMs: number;
+}
+
 /** What a test of an endpoint answers: how its one attempt ended. */
 export interface TestOutcome {
   /** Its `webhook-id`, `msg_test_...`. */
@@ -58,6 +71,7 @@ export interface DispatcherOptions {
   metrics?: WebhookMetrics;
   /** The statements; made from `db` unless given. */
   outbox?: Outbox;
+  declarations?: Declarations;
   upkeep?: Upkeep;
   replays?: Replays;
   /** Timings other than production's (tests). */
@@ -79,6 +93,7 @@ export function createDispatcher(options: DispatcherOptions) {
   const timing = { ...ENGINE_TIMING, ...options.timing };
   const leaseMs = leaseMsFor(config.timeoutMs, timing);
   const outbox = options.outbox ?? createOutbox(options.db, { leaseMs });
+  const declarations = options.declarations ?? createDeclarations(options.db);
   const upkeep = options.upkeep ?? createUpkeep(options.db, config);
   const replays = options.replays ?? createReplays(options.db, config);
   const recorder = createRecorder(
@@ -88,7 +103,10 @@ export function createDispatcher(options: DispatcherOptions) {
     timing.recordIntervalMs,
   );
   const { record } = recorder;
-  const makeLanes = createLanes({ ...config, connectionIdleMs: timing.connectionIdleMs });
+  const makeLanes = createLanes(
+    { ...config, connectionIdleMs: timing.connectionIdleMs },
+    { claim: claimDue, pump },
+  );
   let running = false;
   let stopping = false;
   // Aborts the attempts still in flight when shutdown can wait no longer.
@@ -157,29 +175,14 @@ export function createDispatcher(options: DispatcherOptions) {
       // A paced delivery waits in its place for its slot (the queue is in slot order).
       const startAt = delivery.pacing?.startAt ?? now;
       if (!stopping && startAt > now) {
-        pumpAt(lane, startAt);
+        lane.pace.at(startAt);
         break;
       }
       lane.queue.shift();
       if (stopping || now > startBy(delivery) || missedSlot(delivery, now)) release(delivery);
-      else void attempt(lane, delivery);
+      else void attempt(lane, delivery, settle);
     }
-    if (lane.queue.length === 0 && lane.backlog) claim(lane);
-  }
-
-  /** Pumps the lane again when the first of its queue reaches its slot. */
-  function pumpAt(lane: Lane, at: number): void {
-    if (at >= lane.paceAt) return;
-    clearTimeout(lane.paceTimer);
-    lane.paceAt = at;
-    lane.paceTimer = setTimeout(
-      () => {
-        lane.paceAt = Number.POSITIVE_INFINITY;
-        pump(lane);
-      },
-      Math.max(0, at - performance.now()),
-    );
-    lane.paceTimer.unref();
+    if (lane.queue.length === 0 && lane.backlog) lane.claims.run();
   }
 
   /** Puts a delivery in its lane's queue: a paced one in slot order, after those not paced. */
@@ -200,30 +203,40 @@ export function createDispatcher(options: DispatcherOptions) {
     const last = lane.queue.at(-1)?.pacing;
     if (last === undefined) return;
     const at = Math.max(last.startAt, last.nextAt - paceWindowMs);
-    if (at > performance.now()) wakeAt(lane, at);
+    if (at > performance.now()) lane.wake.at(at);
   }
 
-  async function attempt(lane: Lane, delivery: ClaimedDelivery): Promise<void> {
+  /** A test's outcome is written by its own request; any other's claim is given back at stop. */
+  const givenBackAtStop = (delivery: ClaimedDelivery) => delivery.trigger !== 'test';
+
+  /**
+   * Makes one attempt of `delivery` on its lane, counted in flight meanwhile, and has `settle`
+   * write its outcome; then the lane starts what it may. Undefined when shutdown abandoned it
+   * and gave its claim back.
+   */
+  async function attempt<T>(
+    lane: Lane,
+    delivery: ClaimedDelivery,
+    settle: (attempted: Attempted) => T | Promise<T>,
+  ): Promise<T | undefined> {
     lane.inFlight.add(delivery);
     lane.lastBusy = performance.now();
     const startedAt = Date.now();
     const started = performance.now();
     const result = await sendOn(lane, delivery, config.timeoutMs, abandon.signal);
-    // Abandoned at shutdown: stop() gave its claim back.
-    if (abandon.signal.aborted) return;
+    const durationMs = performance.now() - started;
+    if (abandon.signal.aborted && givenBackAtStop(delivery)) return undefined;
     lane.inFlight.delete(delivery);
-    settle(lane, delivery, result, startedAt, performance.now() - started);
+    metrics?.observeAttempt(result);
+    const settled = await settle({ lane, delivery, result, startedAt, durationMs });
     pump(lane);
+    return settled;
   }
 
   /** What the attempt log keeps of an attempt, and what its endpoint's health learns. */
   function attemptRecord(
-    lane: Lane,
-    delivery: ClaimedDelivery,
-    result: AttemptResult,
+    { lane, delivery, result, startedAt, durationMs }: Attempted,
     failure: { status?: number; error: string } | undefined,
-    startedAt: number,
-    durationMs: number,
     step?: { kind: string },
   ) {
     return {
@@ -244,27 +257,18 @@ export function createDispatcher(options: DispatcherOptions) {
   }
 
   /**
-   * Attempts a test delivery at once on its endpoint's lane, beside what the lane has in flight
-   * (neither queued nor given back), and writes its outcome before answering: the attempt logged,
+   * The outcome of a test delivery, attempted at once on its endpoint's lane beside what the lane
+   * has in flight (neither queued nor given back), written before answering: the attempt logged,
    * the row deleted whatever the answer. It is never attempted again, and no 410 from it
    * disables the endpoint.
    */
-  async function attemptTest(delivery: ClaimedDelivery): Promise<TestOutcome> {
-    const lane = laneOf(delivery);
-    lane.inFlight.add(delivery);
-    lane.lastBusy = performance.now();
-    const startedAt = Date.now();
-    const started = performance.now();
-    const result = await sendOn(lane, delivery, config.timeoutMs, abandon.signal);
-    const durationMs = performance.now() - started;
-    lane.inFlight.delete(delivery);
-    metrics?.observeAttempt(result);
+  async function settleTest(attempted: Attempted): Promise<TestOutcome> {
+    const { delivery, result, durationMs } = attempted;
     const answered = result.kind === 'answered' && result.status >= 200 && result.status <= 299;
     const failure = answered ? undefined : describeFailure(result);
-    const record = attemptRecord(lane, delivery, result, failure, startedAt, durationMs);
+    const record = attemptRecord(attempted, failure);
     recorder.record({ kind: 'tested', id: delivery.id, record });
     await recorder.flush();
-    if (!stopping) pump(lane);
     return {
       eventId: webhookId(delivery.eventId, delivery.trigger),
       status: answered ? 'succeeded' : 'failed',
@@ -274,19 +278,12 @@ export function createDispatcher(options: DispatcherOptions) {
     };
   }
 
-  function settle(
-    lane: Lane,
-    delivery: ClaimedDelivery,
-    result: AttemptResult,
-    startedAt: number,
-    durationMs: number,
-  ): void {
-    metrics?.observeAttempt(result);
+  /** The outcome of a delivery's attempt: delivered, retried later, or given up. */
+  function settle(attempted: Attempted): void {
+    const { lane, delivery, result } = attempted;
     const step = nextStep(result, delivery.attempt, config.retrySchedule);
     const failure = step.kind === 'delivered' ? undefined : describeFailure(result);
-    const logged = {
-      record: attemptRecord(lane, delivery, result, failure, startedAt, durationMs, step),
-    };
+    const logged = { record: attemptRecord(attempted, failure, step) };
     if (failure === undefined) {
       record({ kind: 'delivered', id: delivery.id, ...logged });
       metrics?.observeDelivery('delivered', (Date.now() - delivery.createdAtMs) / 1000);
@@ -327,7 +324,9 @@ export function createDispatcher(options: DispatcherOptions) {
     for (const outcome of batch) {
       // Written, the retry is due `delayMs` after its statement began: before now.
       const wake = retryWakes.get(outcome);
-      if (wake) wakeAt(wake.lane, performance.now() + wake.delayMs);
+      if (wake && !stopping) {
+        wake.lane.wake.at(performance.now() + wake.delayMs + timing.wakeMarginMs);
+      }
       const key = givenBack.get(outcome);
       if (key !== undefined) released.add(key);
     }
@@ -347,88 +346,49 @@ export function createDispatcher(options: DispatcherOptions) {
     }
   }
 
-  /** Claims for the lane at `at` (or sooner, if already asked to). */
-  function wakeAt(lane: Lane, at: number): void {
-    if (stopping || at >= lane.wakeAt) return;
-    clearTimeout(lane.wakeTimer);
-    lane.wakeAt = at;
-    lane.wakeTimer = setTimeout(
-      () => {
-        lane.wakeAt = Number.POSITIVE_INFINITY;
-        claim(lane);
-      },
-      Math.max(0, at - performance.now()),
-    );
-    lane.wakeTimer.unref();
-  }
-
-  /** Claims due deliveries for the lane's free slots; a claim asked for meanwhile runs after. */
-  function claim(lane: Lane): void {
+  /** Claims due deliveries for the lane's free slots (its claims run one at a time). */
+  async function claimDue(lane: Lane): Promise<void> {
     if (!running || stopping) return;
-    if (lane.claiming) {
-      lane.claimAgain = true;
-      return;
-    }
     const free = config.concurrency - lane.inFlight.size - lane.queue.length;
-    if (free <= 0) return;
-    lane.claiming = true;
-    outbox
-      .claim(free, lane.endpoint, [], paceWindowMs)
-      .then(
-        (deliveries) => {
-          lane.backlog = deliveries.length === free;
-          enqueue(deliveries);
-        },
-        (error) => {
-          lane.backlog = false;
-          logger.warn({ err: error, receiver: lane.receiver }, 'webhook deliveries not claimed');
-        },
-      )
-      .finally(() => {
-        lane.claiming = false;
-        pump(lane);
-        claimAfterSlots(lane);
-        if (lane.claimAgain) {
-          lane.claimAgain = false;
-          claim(lane);
-        }
-      });
-  }
-
-  let claimingEndpoints = false;
-  let claimEndpointsAgain = false;
-  /** One claim for the due deliveries of every endpoint whose lane here has room. */
-  function claimForEndpoints(): void {
-    if (!running || stopping) return;
-    if (claimingEndpoints) {
-      claimEndpointsAgain = true;
+    if (free <= 0) {
+      // What was due stays due: claimed when an attempt ends and frees a slot.
+      lane.backlog = true;
       return;
     }
+    try {
+      const deliveries = await outbox.claim(free, lane.endpoint, [], paceWindowMs);
+      lane.backlog = deliveries.length === free;
+      enqueue(deliveries);
+    } catch (error) {
+      lane.backlog = false;
+      logger.warn({ err: error, receiver: lane.receiver }, 'webhook deliveries not claimed');
+    }
+    pump(lane);
+    claimAfterSlots(lane);
+  }
+
+  /** One claim for the due deliveries of every endpoint whose lane here has room. */
+  const endpointClaims = oneAtATime(async () => {
+    if (!running || stopping) return;
     const busy: string[] = [];
     for (const lane of lanes.values()) {
       const full = lane.inFlight.size + lane.queue.length >= config.concurrency;
-      if (full || lane.claiming) busy.push(lane.endpoint);
+      // A full lane claims its own once a slot frees.
+      if (full) lane.backlog = true;
+      if (full || lane.claims.busy()) busy.push(lane.endpoint);
     }
-    claimingEndpoints = true;
-    outbox
-      .claim(config.concurrency, undefined, busy, paceWindowMs)
-      .then(enqueue, (error) => {
-        logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
-      })
-      .finally(() => {
-        claimingEndpoints = false;
-        if (claimEndpointsAgain) {
-          claimEndpointsAgain = false;
-          claimForEndpoints();
-        }
-      });
-  }
+    try {
+      enqueue(await outbox.claim(config.concurrency, undefined, busy, paceWindowMs));
+    } catch (error) {
+      logger.warn({ err: error }, 'webhook deliveries of endpoints not claimed');
+    }
+  });
 
   /** Claims the due deliveries of endpoint `key`: on its lane, or with every endpoint's. */
   function claimFor(key: string): void {
     const lane = lanes.get(key);
-    if (lane) claim(lane);
-    else claimForEndpoints();
+    if (lane) lane.claims.run();
+    else endpointClaims.run();
   }
 
   /** Hands claimed deliveries to their lanes; a full lane gives them back. */
@@ -450,51 +410,42 @@ export function createDispatcher(options: DispatcherOptions) {
     }
   }
 
-  let fanningOut: Promise<void> | undefined;
-  /** A fan-out asked for while one ran: from where it looks. */
-  let fanOutAgain: bigint | undefined;
+  /** Where the next fan-out looks from: the lowest position asked for since the last began. */
+  let fanOutFrom: bigint | undefined;
   let lastTaken = 0n;
   const wakeFanOut = () => fanOut(lastTaken > FAN_OUT_MARGIN ? lastTaken - FAN_OUT_MARGIN : 0n);
 
-  /** Fans out the events above `after`, one statement at a time; asked again meanwhile, after it. */
-  function fanOut(after: bigint): void {
+  /** Fans out the events above `fanOutFrom`, one statement at a time. */
+  const fanOuts = oneAtATime(async () => {
+    const after = fanOutFrom ?? 0n;
+    fanOutFrom = undefined;
     if (!running || stopping) return;
-    if (fanningOut) {
-      if (fanOutAgain === undefined || after < fanOutAgain) fanOutAgain = after;
-      return;
+    try {
+      const { events, last, deliveries, paced } = await outbox.fanOut(FAN_OUT_LIMIT, after);
+      enqueue(deliveries);
+      // A rate-limited endpoint's deliveries were left due: claimed now, each with its slot.
+      for (const key of paced) claimFor(key);
+      if (last !== undefined && last > lastTaken) lastTaken = last;
+      // More may wait right after the last one taken.
+      if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
+    } catch (error) {
+      logger.warn({ err: error }, 'webhook events not fanned out');
     }
-    fanningOut = outbox.fanOut(FAN_OUT_LIMIT, after).then(
-      ({ events, last, deliveries, paced }) => {
-        enqueue(deliveries);
-        // A rate-limited endpoint's deliveries were left due: claimed now, each with its slot.
-        for (const key of paced) {
-          const lane = lanes.get(key);
-          if (lane) claim(lane);
-          else claimForEndpoints();
-        }
-        if (last !== undefined && last > lastTaken) lastTaken = last;
-        // More may wait right after the last one taken.
-        if (events === FAN_OUT_LIMIT && last !== undefined) fanOut(last);
-      },
-      (error) => {
-        logger.warn({ err: error }, 'webhook events not fanned out');
-      },
-    );
-    void fanningOut.finally(() => {
-      fanningOut = undefined;
-      const from = fanOutAgain;
-      fanOutAgain = undefined;
-      if (from !== undefined) fanOut(from);
-    });
+  });
+
+  /** Fans out the events above `after`; asked while one runs, after it. */
+  function fanOut(after: bigint): void {
+    if (fanOutFrom === undefined || after < fanOutFrom) fanOutFrom = after;
+    fanOuts.run();
   }
 
   /** Closes the lanes of endpoints that had nothing to do for a while (or were deleted). */
   function closeIdleLanes(now: number): void {
     for (const [key, lane] of lanes) {
-      const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claiming;
+      const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claims.busy();
       if (idle && now - lane.lastBusy > timing.idleLaneMs) {
-        clearTimeout(lane.wakeTimer);
-        clearTimeout(lane.paceTimer);
+        lane.wake.clear();
+        lane.pace.clear();
         lanes.delete(key);
         void lane.pool.close().catch(() => {});
       }
@@ -506,7 +457,7 @@ export function createDispatcher(options: DispatcherOptions) {
   function declareAgain(now: number): void {
     if (now - lastDeclared < timing.declareAgainMs) return;
     lastDeclared = now;
-    outbox.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
+    declarations.declare(config.urls, undefined, timing.declaredForMs).catch((error) => {
       logger.warn({ err: error }, 'WEBHOOK_URLS endpoints not declared again');
     });
   }
@@ -523,7 +474,7 @@ export function createDispatcher(options: DispatcherOptions) {
     const now = performance.now();
     for (const [key, at] of changedAt) if (now - at > leaseMs) changedAt.delete(key);
     fanOut(0n);
-    claimForEndpoints();
+    endpointClaims.run();
     declareAgain(now);
     closeIdleLanes(now);
     sweep(now);
@@ -554,7 +505,7 @@ export function createDispatcher(options: DispatcherOptions) {
       const queued = lane ? lane.queue.splice(0) : [];
       for (const delivery of queued) release(delivery);
       // Once the releases are written, the claim reads the endpoint as it now is.
-      void recorder.flush().then(() => (lane ? claim(lane) : claimForEndpoints()));
+      void recorder.flush().then(() => claimFor(key));
     },
     /**
      * Deliveries of an endpoint were made due here (a recover, a resend): claimed at once rather
@@ -576,10 +527,10 @@ export function createDispatcher(options: DispatcherOptions) {
       stopping = true;
       clearTimeout(pollTimer);
       // Its deliveries are claimed: they reach the lanes, and are given back below.
-      await fanningOut;
+      await fanOuts.ended();
       for (const lane of lanes.values()) {
-        clearTimeout(lane.wakeTimer);
-        clearTimeout(lane.paceTimer);
+        lane.wake.clear();
+        lane.pace.clear();
         for (const delivery of lane.queue.splice(0)) release(delivery);
       }
       const deadline = performance.now() + waitMs;
@@ -590,7 +541,7 @@ export function createDispatcher(options: DispatcherOptions) {
       for (const lane of lanes.values()) {
         // The abandoned attempts are given back now, rather than when their claims expire; a
         // test's outcome is written by its own request.
-        for (const delivery of lane.inFlight) if (delivery.trigger !== 'test') release(delivery);
+        for (const delivery of lane.inFlight) if (givenBackAtStop(delivery)) release(delivery);
         lane.inFlight.clear();
       }
       await recorder.flush();
@@ -610,64 +561,8 @@ export function createDispatcher(options: DispatcherOptions) {
       if (!running || stopping) throw new Error('the delivery engine is not running');
       const delivery = await within(replays.test(key, type, exampleBody(type, new Date())));
       if (typeof delivery !== 'object') return delivery;
-      return attemptTest(delivery);
+      return attempt(laneOf(delivery), delivery, settleTest);
     },
     stats: () => ({ inFlight: inFlight(), queued: count((lane) => lane.queue.length) }),
-  };
-}
-
-const RECORD_BATCH_MAX = 5000;
-
-/**
- * Writes outcomes in batches, one batch at a time. A batch that cannot be written is logged
- * and dropped: its claims expire and its deliveries are attempted again (at least once holds).
- */
-function createRecorder(
-  statements: OutcomeStatements,
-  logger: FastifyBaseLogger,
-  onRecorded: (batch: readonly Outcome[], disabled: DisabledEndpoint[]) => void,
-  /** See EngineTiming.recordIntervalMs. */
-  intervalMs: number,
-) {
-  const unrecorded: Outcome[] = [];
-  let recording: Promise<void> | undefined;
-  let timer: NodeJS.Timeout | undefined;
-  let timerSoon = false;
-
-  async function write(): Promise<void> {
-    clearTimeout(timer);
-    timer = undefined;
-    while (recording) await recording;
-    if (unrecorded.length === 0) return;
-    const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
-    recording = statements.record(batch).then(
-      (disabled) => {
-        onRecorded(batch, disabled);
-      },
-      (error) => {
-        logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
-      },
-    );
-    await recording;
-    recording = undefined;
-    if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
-  }
-
-  function schedule(soon: boolean): void {
-    if (timer !== undefined && (timerSoon || !soon)) return;
-    clearTimeout(timer);
-    timerSoon = soon;
-    timer = setTimeout(write, soon ? 0 : intervalMs);
-  }
-
-  return {
-    // A retry is written at once, so that it is due when a process wakes up for it.
-    record(outcome: Outcome): void {
-      unrecorded.push(outcome);
-      schedule(outcome.kind !== 'delivered');
-    },
-    async flush(): Promise<void> {
-      while (unrecorded.length > 0 || recording) await write();
-    },
   };
 }

@@ -33,6 +33,11 @@ export interface EngineTiming {
    * costs the database about what one costs, and a claim lasts far longer than the wait.
    */
   recordIntervalMs: number;
+  /**
+   * A lane wakes for a retry this long after it falls due by this process's clock: a timer may
+   * fire a little early, and the row is due by the database's.
+   */
+  wakeMarginMs: number;
 }
 
 export const ENGINE_TIMING: EngineTiming = {
@@ -46,6 +51,7 @@ export const ENGINE_TIMING: EngineTiming = {
   declaredForMs: 60_000,
   declareAgainMs: 10_000,
   recordIntervalMs: 100,
+  wakeMarginMs: 5,
 };
 
 /** The claim of a delivery lasts this long: the time limit of its attempt and a margin. */

@@ -1,0 +1,73 @@
+/**
+ * Runs `job` one at a time: asked while it runs, it runs once more after it ends (once, however
+ * often it was asked meanwhile), so that no request is lost and no two runs overlap. `job` must
+ * not reject.
+ */
+export function oneAtATime(job: () => Promise<void>) {
+  let running: Promise<void> | undefined;
+  let again = false;
+  function run(): void {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = job().finally(() => {
+      running = undefined;
+      if (again) {
+        again = false;
+        run();
+      }
+    });
+  }
+  return {
+    run,
+    /** A run is under way. */
+    busy: () => running !== undefined,
+    /** Resolves when the run under way ends (at once when there is none). */
+    ended: () => running ?? Promise.resolve(),
+  };
+}
+
+export type OneAtATime = ReturnType<typeof oneAtATime>;
+
+/**
+ * Runs `job` at each of the times (performance.now()) it is asked for: armed for the earliest,
+ * it keeps the later ones and arms again for the next once it has run. Times already passed
+ * when it runs are run together.
+ */
+export function createAlarm(job: () => void) {
+  /** The times asked for and not yet run, earliest first. */
+  const times: number[] = [];
+  let armedAt = Number.POSITIVE_INFINITY;
+  let timer: NodeJS.Timeout | undefined;
+  function arm(): void {
+    const next = times[0] ?? Number.POSITIVE_INFINITY;
+    if (next === armedAt) return;
+    clearTimeout(timer);
+    armedAt = next;
+    if (next === Number.POSITIVE_INFINITY) return;
+    timer = setTimeout(ring, Math.max(0, next - performance.now()));
+    timer.unref();
+  }
+  function ring(): void {
+    const until = Math.max(armedAt, performance.now());
+    while ((times[0] ?? Number.POSITIVE_INFINITY) <= until) times.shift();
+    armedAt = Number.POSITIVE_INFINITY;
+    arm();
+    job();
+  }
+  return {
+    at(time: number): void {
+      let place = times.length;
+      while (place > 0 && (times[place - 1] ?? 0) > time) place--;
+      if (times[place - 1] !== time) times.splice(place, 0, time);
+      arm();
+    },
+    clear(): void {
+      times.length = 0;
+      arm();
+    },
+  };
+}
+
+export type Alarm = ReturnType<typeof createAlarm>;
