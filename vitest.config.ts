@@ -40,68 +40,74 @@ function noticeOnce(key: string, line: string): void {
   console.log(line);
 }
 
+// test/ mirrors the folders of src/: a file's tests sit in the folder of the same name, those
+// that need no database named *.unit.test.ts, the others run on PostgreSQL. The fault and scale
+// suites have configurations of their own (vitest.faults.config.ts, vitest.scale.config.ts).
+const unitTests = 'test/**/*.unit.test.ts';
+const suitesOfTheirOwn = ['test/faults/**', 'test/scale/**'];
+
 // Tests that need a server: several connections at once, separate processes, restarts.
 const serverOnly = [
-  'test/integration/migrate.test.ts',
-  'test/integration/migrate-live.test.ts',
-  'test/integration/process.test.ts',
-  'test/integration/image-rehearsal.test.ts',
-  'test/integration/pooler.test.ts',
-  'test/integration/webhooks-process.test.ts',
-  'test/integration/webhook-endpoint-rekey.test.ts',
-  'test/integration/tracing.test.ts',
-  'test/integration/create-path.test.ts',
-  'test/integration/read-only.test.ts',
-  'test/integration/exhaustion.test.ts',
-  'test/integration/log-secrets.test.ts',
+  'test/db/migrate.test.ts',
+  'test/db/migrate-live.test.ts',
+  'test/service/process.test.ts',
+  'test/deploy/image-rehearsal.test.ts',
+  'test/db/pooler.test.ts',
+  'test/webhooks/delivery/process.test.ts',
+  'test/webhooks/security/rekey.test.ts',
+  'test/tracing/tracing.test.ts',
+  'test/plants/create-path.test.ts',
+  'test/db/read-only.test.ts',
+  'test/db/exhaustion.test.ts',
+  'test/service/log-secrets.test.ts',
 ];
 // Tests of the embedded engine itself.
-const embeddedOnly = ['test/integration/embedded.test.ts'];
+const embeddedOnly = ['test/db/embedded.test.ts'];
 // Tests of what differs between the engines (driver, connection, SQL), run on both when there is
 // a server; every other integration file tests the HTTP side, which is the same on either, and
 // runs once, on the server.
 const onBothEngines = [
   // Text stored and read back exactly as sent, through each engine's driver.
-  'test/integration/plants.test.ts',
+  'test/plants/plants.test.ts',
   // Rows the database refuses, and the edges of every limit, through each driver.
-  'test/integration/validation.test.ts',
+  'test/plants/validation.test.ts',
   // Random bodies through each driver, against the oracle.
-  'test/integration/fuzz.test.ts',
+  'test/plants/fuzz.test.ts',
   // Reads by id coalesced into one SELECT, with each driver's int64 and text.
-  'test/integration/reads.test.ts',
+  'test/plants/reads.test.ts',
   // Pages as range scans, their cursors through each driver.
-  'test/integration/pages.test.ts',
+  'test/plants/pages.test.ts',
   // Coalesced INSERTs and their conflicts on one connection (embedded) and on a pool (server).
-  'test/integration/coalescing.test.ts',
+  'test/plants/coalescing.test.ts',
   // Deletes racing creates: each engine's locking.
-  'test/integration/deletes.test.ts',
+  'test/plants/deletes.test.ts',
   // The migrations and their history on each engine.
-  'test/integration/migration-history.test.ts',
+  'test/db/migration-history.test.ts',
   // The failed-authentication count's statements on each engine.
-  'test/integration/auth-failures.test.ts',
+  'test/db/auth-failures.test.ts',
   // Readiness asks the engine, migrated or not.
-  'test/integration/health.test.ts',
+  'test/http/health.test.ts',
   // The delivery engine's statements (events, fan-out, claims) on each engine.
-  'test/integration/webhooks.test.ts',
+  'test/webhooks/delivery/engine.test.ts',
   // Walks of endpoint and attempt pages across the digits of their keys: each engine's ordering.
-  'test/integration/webhook-pages.test.ts',
+  'test/webhooks/api/pages.test.ts',
   // Exact int64 ids from the client through each driver and back.
-  'test/integration/typescript-client.test.ts',
+  'test/clients/typescript-client.test.ts',
   // The pool's gauges, which the embedded engine (one connection, no pool) does not have.
-  'test/integration/metrics.test.ts',
+  'test/http/metrics.test.ts',
 ];
 
 const server = await postgresServerSource();
 const projects: TestProjectInlineConfiguration[] = [
-  { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+  { extends: true, test: { name: 'unit', include: [unitTests], exclude: suitesOfTheirOwn } },
 ];
 if (server) {
   projects.push({
     extends: true,
     test: {
       name: 'postgres',
-      include: ['test/integration/**/*.test.ts'],
-      exclude: embeddedOnly,
+      include: ['test/**/*.test.ts'],
+      exclude: [unitTests, ...suitesOfTheirOwn, ...embeddedOnly],
       globalSetup: ['test/global-setup.ts'],
       provide: { engine: 'postgres' },
     },
@@ -131,8 +137,8 @@ projects.push({
   extends: true,
   test: {
     name: 'embedded',
-    include: server ? [...embeddedOnly, ...onBothEngines] : ['test/integration/**/*.test.ts'],
-    exclude: serverOnly,
+    include: server ? [...embeddedOnly, ...onBothEngines] : ['test/**/*.test.ts'],
+    exclude: [unitTests, ...suitesOfTheirOwn, ...serverOnly],
     globalSetup: ['test/global-setup.ts'],
     provide: { engine: 'pglite' },
   },

@@ -5,7 +5,7 @@ import { parseInt64, parsePageQuery } from './parameters.js';
 import { NewPlantSchema } from './schemas.js';
 
 // Examples of the plant API's bodies, for the OpenAPI document: requests the service accepts and
-// its answers to them, word for word (test/integration/openapi.test.ts sends them); each error's
+// its answers to them, word for word (test/http/openapi.test.ts sends them); each error's
 // message is the one the code sends. Their ids stay within 2^53, which every JSON parser reads
 // exactly, the reference page's included.
 

@@ -1,4 +1,4 @@
-// fast-check generators of requests to POST /plants, for test/integration/fuzz.test.ts. They
+// fast-check generators of requests to POST /plants, for test/plants/fuzz.test.ts. They
 // build raw bytes and header values, so they can say what JSON.stringify cannot (duplicate keys,
 // escapes of lone surrogates, number literals such as 1e3 or 9007199254740993.5). What the
 // service must answer is never decided here: the oracle (oracle.ts) judges the bytes as sent.

@@ -29,7 +29,7 @@ import {
 } from './schemas.js';
 
 // Examples of the management API's bodies, for the OpenAPI document: valid against their schemas
-// (test/integration/openapi.test.ts checks), in the words the service answers with: each error's
+// (test/http/openapi.test.ts checks), in the words the service answers with: each error's
 // message is the one the code sends, a refused body's the one its validator gives.
 
 const subscriber = {

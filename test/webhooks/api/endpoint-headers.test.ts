@@ -1,12 +1,12 @@
 // Custom headers of an endpoint: set and read through the management API, stored sealed for
 // their row, and sent with every delivery to it, after the service's own headers.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openSecret } from '../../src/webhooks/security/secrets.js';
-import { postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
-import { eventually } from '../helpers/eventually.js';
-import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
-import { ringKey } from '../helpers/sealed.js';
-import { webhookApps } from '../helpers/webhook-apps.js';
+import { openSecret } from '../../../src/webhooks/security/secrets.js';
+import { postPlant, startTestApp, type TestApp, TOKEN } from '../../helpers/app.js';
+import { eventually } from '../../helpers/eventually.js';
+import { type ReceivedRequest, startReceiver, WEBHOOK_SECRET } from '../../helpers/receiver.js';
+import { ringKey } from '../../helpers/sealed.js';
+import { webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-headers-8e21';
 // Values that stand for a receiver's credentials: spelled so that none appears anywhere by chance.

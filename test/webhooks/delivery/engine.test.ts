@@ -1,25 +1,25 @@
 import { Client } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { createLogger } from '../../src/logger.js';
-import { createPlantQueries } from '../../src/plants/queries.js';
-import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
-import { createDispatcher } from '../../src/webhooks/delivery/engine.js';
-import { redeliverFailed } from '../../src/webhooks/delivery/upkeep.js';
-import { openSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
-import type { WebhookSettings } from '../../src/webhooks/settings.js';
-import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
-import { testEngine } from '../helpers/database.js';
-import { eventually } from '../helpers/eventually.js';
-import { freePort } from '../helpers/process.js';
+import { loadConfig } from '../../../src/config.js';
+import { createLogger } from '../../../src/logger.js';
+import { createPlantQueries } from '../../../src/plants/queries.js';
+import { createDeclarations } from '../../../src/webhooks/delivery/declare.js';
+import { createDispatcher } from '../../../src/webhooks/delivery/engine.js';
+import { redeliverFailed } from '../../../src/webhooks/delivery/upkeep.js';
+import { openSecret, sealSecret } from '../../../src/webhooks/security/secrets.js';
+import type { WebhookSettings } from '../../../src/webhooks/settings.js';
+import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../../helpers/app.js';
+import { testEngine } from '../../helpers/database.js';
+import { eventually } from '../../helpers/eventually.js';
+import { freePort } from '../../helpers/process.js';
 import {
   type Answer,
   type ReceivedRequest,
   type Receiver,
   startReceiver,
   WEBHOOK_SECRET,
-} from '../helpers/receiver.js';
-import { ringKey } from '../helpers/sealed.js';
+} from '../../helpers/receiver.js';
+import { ringKey } from '../../helpers/sealed.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {

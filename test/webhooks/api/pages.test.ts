@@ -11,8 +11,8 @@ import {
   endpointIdSql,
   webhookId,
   webhookIdSql,
-} from '../../src/webhooks/tables/ids.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
+} from '../../../src/webhooks/tables/ids.js';
+import { startTestApp, type TestApp } from '../../helpers/app.js';
 
 const ADMIN = 'admin-token-5e02b7';
 

@@ -4,15 +4,15 @@
 // Across several processes: see test/faults/rate-limit.test.ts.
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
-import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/delivery/timing.js';
-import { generateSecret } from '../../src/webhooks/security/secrets.js';
-import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/tables/ids.js';
-import { postPlant, type TestApp } from '../helpers/app.js';
-import { eventually } from '../helpers/eventually.js';
-import { maxInAnySecond } from '../helpers/rates.js';
-import type { ReceivedRequest } from '../helpers/receiver.js';
-import { webhookApps } from '../helpers/webhook-apps.js';
+import { createOutbox } from '../../../src/webhooks/delivery/outbox.js';
+import { ENGINE_TIMING, leaseMsFor } from '../../../src/webhooks/delivery/timing.js';
+import { generateSecret } from '../../../src/webhooks/security/secrets.js';
+import { endpointIdOf, endpointKeyOf } from '../../../src/webhooks/tables/ids.js';
+import { postPlant, type TestApp } from '../../helpers/app.js';
+import { eventually } from '../../helpers/eventually.js';
+import { maxInAnySecond } from '../../helpers/rates.js';
+import type { ReceivedRequest } from '../../helpers/receiver.js';
+import { webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN_TOKEN = 'admin-token-paced-7c41';
 

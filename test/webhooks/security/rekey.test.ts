@@ -2,13 +2,13 @@
 // sealed anew under the first key of the ring, in batches, and the service reads them on.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateSecret, openSecret, sealSecret } from '../../src/webhooks/security/secrets.js';
-import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
-import { startTestApp, type TestApp } from '../helpers/app.js';
-import { serverUrlOf } from '../helpers/database.js';
-import { run } from '../helpers/process.js';
-import { WEBHOOK_SECRET } from '../helpers/receiver.js';
-import { keyEntry, ringKey, unnamedSeal } from '../helpers/sealed.js';
+import { generateSecret, openSecret, sealSecret } from '../../../src/webhooks/security/secrets.js';
+import { endpointIdOf } from '../../../src/webhooks/tables/ids.js';
+import { startTestApp, type TestApp } from '../../helpers/app.js';
+import { serverUrlOf } from '../../helpers/database.js';
+import { run } from '../../helpers/process.js';
+import { WEBHOOK_SECRET } from '../../helpers/receiver.js';
+import { keyEntry, ringKey, unnamedSeal } from '../../helpers/sealed.js';
 
 const ADMIN = 'admin-token-5d0b7e';
 const [k1, k2, lost] = [ringKey('k1'), ringKey('k2'), ringKey('lost')];

@@ -5,9 +5,9 @@ import {
   generateSecret,
   isEndpointSecret,
   sealSecret,
-} from '../../src/webhooks/security/secrets.js';
-import { startTestApp, type TestApp, TOKEN } from '../helpers/app.js';
-import { ringKey } from '../helpers/sealed.js';
+} from '../../../src/webhooks/security/secrets.js';
+import { startTestApp, type TestApp, TOKEN } from '../../helpers/app.js';
+import { ringKey } from '../../helpers/sealed.js';
 
 const ADMIN = 'admin-token-7c21e9';
 const ENCRYPTION_KEY = randomBytes(32).toString('base64');
@@ -25,7 +25,7 @@ beforeAll(async () => {
     },
   });
   // The API alone, and rows as the API leaves them: nothing delivers or claims them meanwhile
-  // (test/integration/webhook-endpoint-deliveries.test.ts delivers).
+  // (test/webhooks/api/endpoint-deliveries.test.ts delivers).
   await t.dispatcher?.stop(0);
 });
 afterAll(() => t.close());

@@ -7,9 +7,9 @@ import {
   type SealedField,
   SecretUnavailableError,
   sealSecret,
-} from '../../src/webhooks/security/secrets.js';
-import { endpointIdOf, endpointKeyOf } from '../../src/webhooks/tables/ids.js';
-import { ringKey, unnamedSeal } from '../helpers/sealed.js';
+} from '../../../src/webhooks/security/secrets.js';
+import { endpointIdOf, endpointKeyOf } from '../../../src/webhooks/tables/ids.js';
+import { ringKey, unnamedSeal } from '../../helpers/sealed.js';
 
 const [k1, k2] = [ringKey('k1'), ringKey('k2')];
 

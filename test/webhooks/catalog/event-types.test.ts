@@ -4,15 +4,15 @@
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { plantJson } from '../../src/plants/serialize.js';
-import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../src/webhooks/catalog/event-types.js';
-import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
-import { generateSecret } from '../../src/webhooks/security/secrets.js';
-import type { WebhookSettings } from '../../src/webhooks/settings.js';
-import { postPlant, type TestApp, TOKEN } from '../helpers/app.js';
-import { testEngine } from '../helpers/database.js';
-import { type ReceivedRequest, WEBHOOK_SECRET } from '../helpers/receiver.js';
-import { webhookApps } from '../helpers/webhook-apps.js';
+import { plantJson } from '../../../src/plants/serialize.js';
+import { EVENT_TYPE_NAMES, EVENT_TYPES } from '../../../src/webhooks/catalog/event-types.js';
+import { createOutcomeStatements } from '../../../src/webhooks/delivery/outcomes.js';
+import { generateSecret } from '../../../src/webhooks/security/secrets.js';
+import type { WebhookSettings } from '../../../src/webhooks/settings.js';
+import { postPlant, type TestApp, TOKEN } from '../../helpers/app.js';
+import { testEngine } from '../../helpers/database.js';
+import { type ReceivedRequest, WEBHOOK_SECRET } from '../../helpers/receiver.js';
+import { webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-event-types-51c0';
 const admin = { authorization: `Bearer ${ADMIN}` };

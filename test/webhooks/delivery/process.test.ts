@@ -2,11 +2,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TOKEN, TOKEN_ENTRIES } from '../helpers/app.js';
-import { createScratchDatabase, type ScratchDatabase, serverUrlOf } from '../helpers/database.js';
-import { run, startServer } from '../helpers/process.js';
-import { startReceiver, WEBHOOK_SECRET } from '../helpers/receiver.js';
-import { keyEntry, ringKey } from '../helpers/sealed.js';
+import { TOKEN, TOKEN_ENTRIES } from '../../helpers/app.js';
+import {
+  createScratchDatabase,
+  type ScratchDatabase,
+  serverUrlOf,
+} from '../../helpers/database.js';
+import { run, startServer } from '../../helpers/process.js';
+import { startReceiver, WEBHOOK_SECRET } from '../../helpers/receiver.js';
+import { keyEntry, ringKey } from '../../helpers/sealed.js';
 
 const tokens = TOKEN_ENTRIES.join(',');
 

@@ -2,13 +2,13 @@
 // through the management API, to a receiver on loopback that verifies every signature.
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createUpkeep, redeliverFailed } from '../../src/webhooks/delivery/upkeep.js';
-import { generateSecret } from '../../src/webhooks/security/secrets.js';
-import { postPlant, type TestApp } from '../helpers/app.js';
-import { serverUrlOf, testEngine } from '../helpers/database.js';
-import { eventually } from '../helpers/eventually.js';
-import { type Answer, type ReceivedRequest, startReceiver } from '../helpers/receiver.js';
-import { webhookApps } from '../helpers/webhook-apps.js';
+import { createUpkeep, redeliverFailed } from '../../../src/webhooks/delivery/upkeep.js';
+import { generateSecret } from '../../../src/webhooks/security/secrets.js';
+import { postPlant, type TestApp } from '../../helpers/app.js';
+import { serverUrlOf, testEngine } from '../../helpers/database.js';
+import { eventually } from '../../helpers/eventually.js';
+import { type Answer, type ReceivedRequest, startReceiver } from '../../helpers/receiver.js';
+import { webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN = 'admin-token-replays-8c2d';
 

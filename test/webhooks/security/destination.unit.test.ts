@@ -10,7 +10,7 @@ import {
   forbiddenHost,
   guardedLookup,
   isForbiddenAddress,
-} from '../../src/webhooks/security/destination.js';
+} from '../../../src/webhooks/security/destination.js';
 
 describe('isForbiddenAddress', () => {
   // Each special-purpose range by its first and last address (or one inside it); nothing connects.

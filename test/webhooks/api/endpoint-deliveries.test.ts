@@ -4,24 +4,28 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createDeclarations } from '../../src/webhooks/delivery/declare.js';
-import { createOutbox } from '../../src/webhooks/delivery/outbox.js';
-import { createOutcomeStatements } from '../../src/webhooks/delivery/outcomes.js';
-import { ENGINE_TIMING, leaseMsFor } from '../../src/webhooks/delivery/timing.js';
-import { createUpkeep } from '../../src/webhooks/delivery/upkeep.js';
-import { generateSecret, type KeyRing, sealSecret } from '../../src/webhooks/security/secrets.js';
-import { endpointIdOf } from '../../src/webhooks/tables/ids.js';
-import { postPlant, startTestApp, type TestApp } from '../helpers/app.js';
-import { testEngine } from '../helpers/database.js';
-import { eventually } from '../helpers/eventually.js';
+import { createDeclarations } from '../../../src/webhooks/delivery/declare.js';
+import { createOutbox } from '../../../src/webhooks/delivery/outbox.js';
+import { createOutcomeStatements } from '../../../src/webhooks/delivery/outcomes.js';
+import { ENGINE_TIMING, leaseMsFor } from '../../../src/webhooks/delivery/timing.js';
+import { createUpkeep } from '../../../src/webhooks/delivery/upkeep.js';
+import {
+  generateSecret,
+  type KeyRing,
+  sealSecret,
+} from '../../../src/webhooks/security/secrets.js';
+import { endpointIdOf } from '../../../src/webhooks/tables/ids.js';
+import { postPlant, startTestApp, type TestApp } from '../../helpers/app.js';
+import { testEngine } from '../../helpers/database.js';
+import { eventually } from '../../helpers/eventually.js';
 import {
   type Answer,
   type ReceivedRequest,
   startReceiver,
   WEBHOOK_SECRET,
-} from '../helpers/receiver.js';
-import { ringKey } from '../helpers/sealed.js';
-import { webhookApps } from '../helpers/webhook-apps.js';
+} from '../../helpers/receiver.js';
+import { ringKey } from '../../helpers/sealed.js';
+import { webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN_TOKEN = 'admin-token-races-2b8e';
 
