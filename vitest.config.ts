@@ -102,7 +102,7 @@ if (server) {
       include: ['test/integration/**/*.test.ts'],
       exclude: embeddedOnly,
       globalSetup: ['test/global-setup.ts'],
-      provide: { engine: 'postgres' },
+      provide: { engine: 'postgres', secondEngine: false },
     },
   });
 } else {
@@ -127,7 +127,8 @@ projects.push({
     include: server ? [...embeddedOnly, ...onBothEngines] : ['test/integration/**/*.test.ts'],
     exclude: serverOnly,
     globalSetup: ['test/global-setup.ts'],
-    provide: { engine: 'pglite' },
+    // With a server, the postgres project runs these files too: see secondEngine.
+    provide: { engine: 'pglite', secondEngine: Boolean(server) },
   },
 });
 

@@ -11,6 +11,11 @@ declare module 'vitest' {
   export interface ProvidedContext {
     /** The engine the integration tests of this project run on. */
     engine: 'postgres' | 'pglite';
+    /**
+     * The postgres project runs this project's files too, in the same run: what does not
+     * depend on the engine (the HTTP side) is proven there already.
+     */
+    secondEngine: boolean;
     /** A PostgreSQL server the tests may create databases on (the postgres project only). */
     databaseUrl: string;
     /** A migrated database on that server that each test's database is cloned from. */
