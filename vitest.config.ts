@@ -109,7 +109,7 @@ if (server) {
       include: ['test/**/*.test.ts'],
       exclude: [unitTests, ...suitesOfTheirOwn, ...embeddedOnly],
       globalSetup: ['test/global-setup.ts'],
-      provide: { engine: 'postgres' },
+      provide: { engine: 'postgres', secondEngine: false },
     },
   });
 } else {
@@ -140,7 +140,8 @@ projects.push({
     include: server ? [...embeddedOnly, ...onBothEngines] : ['test/**/*.test.ts'],
     exclude: [unitTests, ...suitesOfTheirOwn, ...serverOnly],
     globalSetup: ['test/global-setup.ts'],
-    provide: { engine: 'pglite' },
+    // With a server, the postgres project runs these files too: see secondEngine.
+    provide: { engine: 'pglite', secondEngine: Boolean(server) },
   },
 });
 
@@ -151,6 +152,10 @@ export default defineConfig({
     // Most integration files wait on PostgreSQL, child processes and sockets rather than on
     // this process's CPU: four at once keep two cores busy (vitest's default is cores - 1).
     maxWorkers: 4,
+    // A worker runs file after file in one module graph: importing fastify, drizzle, the
+    // drivers and the service for each file cost about 0.6 s of CPU per file. Every file
+    // opens and closes what it uses (apps, databases, spies).
+    isolate: false,
     projects,
   },
 });

@@ -1,7 +1,16 @@
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { openEmbedded } from '../src/db/embedded.js';
@@ -11,6 +20,11 @@ declare module 'vitest' {
   export interface ProvidedContext {
     /** The engine the integration tests of this project run on. */
     engine: 'postgres' | 'pglite';
+    /**
+     * The postgres project runs this project's files too, in the same run: what does not
+     * depend on the engine (the HTTP side) is proven there already.
+     */
+    secondEngine: boolean;
     /** A PostgreSQL server the tests may create databases on (the postgres project only). */
     databaseUrl: string;
     /** A migrated database on that server that each test's database is cloned from. */
@@ -48,35 +62,82 @@ async function migratedTemplate(
   return { name, drop: () => onServer(serverUrl, `drop database if exists ${name} with (force)`) };
 }
 
+const projectRoot = fileURLToPath(new URL('..', import.meta.url));
+
+/** The files under `folder` (relative to the project), recursively. */
+function filesUnder(folder: string): string[] {
+  return readdirSync(join(projectRoot, folder), { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(projectRoot, join(entry.parentPath, entry.name)));
+}
+
 /**
- * Makes the embedded engine's data once for the whole run, new and migrated: a fresh instance
- * then loads it instead of running the engine's initdb (seconds in WebAssembly) each time.
+ * A digest of what the embedded engine's data is made from: the engine and the driver as
+ * installed (package-lock.json), the code that opens and migrates it, and the migrations.
  */
-async function embeddedData(): Promise<{
-  paths: { blank: string; migrated: string };
-  remove(): void;
-}> {
-  const folder = mkdtempSync(join(tmpdir(), 'plant-store-test-'));
+function embeddedDataKey(): string {
+  const hash = createHash('sha256');
+  for (const file of ['package-lock.json', ...filesUnder('src/db'), ...filesUnder('migrations')]) {
+    hash
+      .update(`${file}\0`)
+      .update(readFileSync(join(projectRoot, file)))
+      .update('\0');
+  }
+  return hash.digest('hex').slice(0, 16);
+}
+
+/** Makes the embedded engine's data, new and migrated, into `folder`. */
+async function makeEmbeddedData(folder: string): Promise<void> {
   const database = await openEmbedded({ dataDir: undefined, statementTimeoutMs: 0 });
   try {
     const { $client } = database.db as unknown as {
       $client: import('@electric-sql/pglite').PGlite;
     };
-    const dump = async (file: string) => {
-      const path = join(folder, file);
-      writeFileSync(path, Buffer.from(await (await $client.dumpDataDir('none')).arrayBuffer()));
-      return path;
-    };
-    const blank = await dump('blank.tar');
+    const dump = async (file: string) =>
+      writeFileSync(
+        join(folder, file),
+        Buffer.from(await (await $client.dumpDataDir('none')).arrayBuffer()),
+      );
+    await dump('blank.tar');
     await database.migrate();
-    const migrated = await dump('migrated.tar');
-    return {
-      paths: { blank, migrated },
-      remove: () => rmSync(folder, { recursive: true, force: true }),
-    };
+    await dump('migrated.tar');
   } finally {
     await database.close();
   }
+}
+
+/**
+ * The embedded engine's data, new and migrated: a fresh instance loads it instead of running
+ * the engine's initdb (seconds in WebAssembly) each time. Made once for what it is made from
+ * (embeddedDataKey) and kept in node_modules/.cache for the runs after, which it spares those
+ * seconds before any test can start.
+ */
+async function embeddedData(): Promise<{ blank: string; migrated: string }> {
+  const cache = join(projectRoot, 'node_modules', '.cache', 'plant-store-embedded-data');
+  const key = embeddedDataKey();
+  const folder = join(cache, key);
+  if (!existsSync(folder)) {
+    mkdirSync(cache, { recursive: true });
+    const making = mkdtempSync(join(cache, 'making-'));
+    try {
+      await makeEmbeddedData(making);
+      try {
+        renameSync(making, folder);
+      } catch (error) {
+        // Another run made it meanwhile: theirs and this one's are the same.
+        if (!existsSync(folder)) throw error;
+      }
+    } finally {
+      rmSync(making, { recursive: true, force: true });
+    }
+    // Data made from older migrations or code is of no further use.
+    for (const entry of readdirSync(cache)) {
+      if (entry !== key && !entry.startsWith('making-')) {
+        rmSync(join(cache, entry), { recursive: true, force: true });
+      }
+    }
+  }
+  return { blank: join(folder, 'blank.tar'), migrated: join(folder, 'migrated.tar') };
 }
 
 /**
@@ -87,9 +148,8 @@ async function embeddedData(): Promise<{
  */
 export default async function setup(project: TestProject) {
   if (project.config.provide?.engine === 'pglite') {
-    const data = await embeddedData();
-    project.provide('embeddedData', data.paths);
-    return data.remove;
+    project.provide('embeddedData', await embeddedData());
+    return;
   }
   let serverUrl = process.env.TEST_DATABASE_URL;
   let stopContainer = async () => {};

@@ -14,6 +14,11 @@ export function testEngine(): Engine {
   return inject('engine');
 }
 
+/** True when the postgres project runs this file too, in the same run (see vitest.config.ts). */
+export function onSecondEngine(): boolean {
+  return inject('secondEngine');
+}
+
 export interface OpenOptions {
   /** Open it as through a pooler in transaction mode (DB_POOLER). */
   pooler?: boolean;
