@@ -19,8 +19,8 @@ import {
 import { createRecorder } from './recorder.js';
 import { createReplays, type Replays } from './replays.js';
 import { oneAtATime } from './running.js';
-import { describeFailure, nextStep } from './schedule.js';
-import { type AttemptResult, sendOn } from './sending.js';
+import { nextStep } from './schedule.js';
+import { type AttemptResult, describeFailure, sendOn } from './sending.js';
 import type { DeliverySettings } from './settings.js';
 import { ENGINE_TIMING, type EngineTiming, leaseMsFor, paceWindowMsFor } from './timing.js';
 import { createUpkeep, type Upkeep } from './upkeep.js';
@@ -330,7 +330,13 @@ export function createDispatcher(options: DispatcherOptions) {
       const key = givenBack.get(outcome);
       if (key !== undefined) released.add(key);
     }
-    for (const key of released) claimFor(key);
+    // Claimed again a start window later, not at once: a database that answers claims later than
+    // that would otherwise be asked for them again as fast as it answers.
+    for (const key of released) {
+      const lane = lanes.get(key);
+      if (lane) lane.wake.at(performance.now() + startWindowMs);
+      else claimFor(key);
+    }
     if (disabled.length > 0) disabledByReceivers(disabled);
     if (disabled.length > 0 || batch.some((outcome) => outcome.kind === 'failed')) wakeFanOut();
   }
@@ -442,7 +448,12 @@ export function createDispatcher(options: DispatcherOptions) {
   /** Closes the lanes of endpoints that had nothing to do for a while (or were deleted). */
   function closeIdleLanes(now: number): void {
     for (const [key, lane] of lanes) {
-      const idle = lane.queue.length === 0 && lane.inFlight.size === 0 && !lane.claims.busy();
+      // A lane waiting to claim a retry stays: closed, the retry would wait for the poll.
+      const idle =
+        lane.queue.length === 0 &&
+        lane.inFlight.size === 0 &&
+        !lane.claims.busy() &&
+        !lane.wake.pending();
       if (idle && now - lane.lastBusy > timing.idleLaneMs) {
         lane.wake.clear();
         lane.pace.clear();

@@ -14,12 +14,15 @@ import { signingKey } from '../security/signature.js';
 import type { ClaimedDelivery, EndpointTarget } from './outbox.js';
 import { type Alarm, createAlarm, type OneAtATime, oneAtATime } from './running.js';
 
+/** How finely a lane's wakes for its retries are told apart, in ms. */
+const WAKE_STEP_MS = 50;
+
 /** What an endpoint's lane knows of it and holds: aimed by createLanes. */
 function laneState(target: EndpointTarget, guarded: boolean, pool: Pool) {
   return {
     endpoint: target.key,
     url: target.url,
-    /** Its connections refuse private networks (see destination.ts). */
+    /** Its connections refuse private networks (see security/destination.ts). */
     guarded,
     pool,
     /** Origin and path, for the log: a query string may carry a credential. */
@@ -73,7 +76,8 @@ function newLane(target: EndpointTarget, guarded: boolean, pool: Pool, work: Lan
   const lane: Lane = {
     ...laneState(target, guarded, pool),
     claims: oneAtATime(() => work.claim(lane)),
-    wake: createAlarm(() => lane.claims.run()),
+    // Retries fall due at jittered times: one claim per WAKE_STEP_MS takes all that are due.
+    wake: createAlarm(() => lane.claims.run(), WAKE_STEP_MS),
     pace: createAlarm(() => work.pump(lane)),
   };
   return lane;

@@ -28,14 +28,22 @@ export function createRecorder(
     const batch = unrecorded.splice(0, RECORD_BATCH_MAX);
     recording = statements.record(batch).then(
       (disabled) => {
-        onRecorded(batch, disabled);
+        // What follows a batch must not stop the next one from being written.
+        try {
+          onRecorded(batch, disabled);
+        } catch (error) {
+          logger.error({ err: error }, 'webhook outcomes recorded; what follows them failed');
+        }
       },
       (error) => {
         logger.warn({ err: error, outcomes: batch.length }, 'webhook outcomes not recorded');
       },
     );
-    await recording;
-    recording = undefined;
+    try {
+      await recording;
+    } finally {
+      recording = undefined;
+    }
     if (unrecorded.length > 0) schedule(unrecorded.some((outcome) => outcome.kind !== 'delivered'));
   }
 

@@ -33,9 +33,10 @@ export type OneAtATime = ReturnType<typeof oneAtATime>;
 /**
  * Runs `job` at each of the times (performance.now()) it is asked for: armed for the earliest,
  * it keeps the later ones and arms again for the next once it has run. Times already passed
- * when it runs are run together.
+ * when it runs are run together. With `granularityMs`, a time is moved to the next multiple of
+ * it: the times of many retries, spread by their jitter, then run a job per step at most.
  */
-export function createAlarm(job: () => void) {
+export function createAlarm(job: () => void, granularityMs = 0) {
   /** The times asked for and not yet run, earliest first. */
   const times: number[] = [];
   let armedAt = Number.POSITIVE_INFINITY;
@@ -57,7 +58,8 @@ export function createAlarm(job: () => void) {
     job();
   }
   return {
-    at(time: number): void {
+    at(asked: number): void {
+      const time = granularityMs > 0 ? Math.ceil(asked / granularityMs) * granularityMs : asked;
       let place = times.length;
       while (place > 0 && (times[place - 1] ?? 0) > time) place--;
       if (times[place - 1] !== time) times.splice(place, 0, time);
@@ -67,6 +69,8 @@ export function createAlarm(job: () => void) {
       times.length = 0;
       arm();
     },
+    /** Some time is still to come. */
+    pending: () => times.length > 0,
   };
 }
 

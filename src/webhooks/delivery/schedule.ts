@@ -52,18 +52,3 @@ export function nextStep(
   }
   return { kind: 'retry', delayMs: Math.round(seconds * 1000 * (1 + JITTER * random())) };
 }
-
-/** The refusals made before connecting, as the attempt log says them. */
-const errorMessages: Record<string, string> = {
-  EDESTINATIONNOTALLOWED:
-    'destination not allowed: its address is loopback, private or otherwise special-purpose; set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true to allow it (for local development and tests)',
-  ESECRETUNAVAILABLE: "the endpoint's signing secret cannot be read",
-  EHEADERSUNAVAILABLE: "the endpoint's custom headers cannot be read",
-};
-
-/** What the log and the table say of a failed attempt: the status, or why there was none. */
-export function describeFailure(result: AttemptResult): { status?: number; error: string } {
-  if (result.kind === 'answered') return { status: result.status, error: `HTTP ${result.status}` };
-  if (result.kind === 'timeout') return { error: 'timeout' };
-  return { error: errorMessages[result.code] ?? result.code };
-}

@@ -15,6 +15,10 @@ import {
   ATTR_HTTP_RESPONSE_STATUS_CODE,
 } from '@opentelemetry/semantic-conventions';
 import type { Dispatcher } from 'undici';
+import {
+  DESTINATION_NOT_ALLOWED,
+  DESTINATION_NOT_ALLOWED_MESSAGE,
+} from '../security/destination.js';
 import { signatures } from '../security/signature.js';
 import { webhookId } from '../tables/ids.js';
 import type { ClaimedDelivery } from './outbox.js';
@@ -25,6 +29,24 @@ export type AttemptResult =
   | { kind: 'timeout' }
   /** No answer: the connection was refused, reset, or the name did not resolve. */
   | { kind: 'unreachable'; code: string };
+
+/** Why an attempt was not made: the endpoint's key or custom headers cannot be opened. */
+const SECRET_UNAVAILABLE = 'ESECRETUNAVAILABLE';
+const HEADERS_UNAVAILABLE = 'EHEADERSUNAVAILABLE';
+
+/** The refusals made before connecting, as the attempt log says them. */
+const errorMessages: Record<string, string> = {
+  [DESTINATION_NOT_ALLOWED]: `${DESTINATION_NOT_ALLOWED_MESSAGE}: its address is loopback, private or otherwise special-purpose; set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true to allow it (for local development and tests)`,
+  [SECRET_UNAVAILABLE]: "the endpoint's signing secret cannot be read",
+  [HEADERS_UNAVAILABLE]: "the endpoint's custom headers cannot be read",
+};
+
+/** What the log and the table say of a failed attempt: the status, or why there was none. */
+export function describeFailure(result: AttemptResult): { status?: number; error: string } {
+  if (result.kind === 'answered') return { status: result.status, error: `HTTP ${result.status}` };
+  if (result.kind === 'timeout') return { error: 'timeout' };
+  return { error: errorMessages[result.code] ?? result.code };
+}
 
 /** At most this much of an answer is read; the rest is not waited for. */
 const RESPONSE_READ_LIMIT = 4096;
@@ -172,11 +194,11 @@ export async function sendOn(
   timeoutMs: number,
   signal: AbortSignal,
 ): Promise<AttemptResult> {
-  if (connection.forbidden) return { kind: 'unreachable', code: 'EDESTINATIONNOTALLOWED' };
+  if (connection.forbidden) return { kind: 'unreachable', code: DESTINATION_NOT_ALLOWED };
   const { keys } = connection;
-  if (keys === 'unreadable') return { kind: 'unreachable', code: 'ESECRETUNAVAILABLE' };
+  if (keys === 'unreadable') return { kind: 'unreachable', code: SECRET_UNAVAILABLE };
   const { headers } = connection;
-  if (headers === 'unreadable') return { kind: 'unreachable', code: 'EHEADERSUNAVAILABLE' };
+  if (headers === 'unreadable') return { kind: 'unreachable', code: HEADERS_UNAVAILABLE };
   const recorded = spanContextOf(delivery.traceparent);
   const span = tracer().startSpan(
     'POST',

@@ -10,7 +10,8 @@ import { BlockList, isIP, type LookupFunction } from 'node:net';
 
 /** The `code` of the error a refused destination fails with. */
 export const DESTINATION_NOT_ALLOWED = 'EDESTINATIONNOTALLOWED';
-const MESSAGE = 'destination not allowed';
+/** What a refused destination's error says, first. */
+export const DESTINATION_NOT_ALLOWED_MESSAGE = 'destination not allowed';
 
 // Every entry of IANA's IPv4 Special-Purpose Address Registry (those marked globally reachable
 // too: they are anycast services, where no receiver lives), multicast, and cloud metadata.
@@ -139,7 +140,10 @@ export function forbiddenHost(hostname: string): boolean {
 
 /** The error a delivery to a forbidden destination fails with. */
 export function destinationNotAllowed(hostname: string): NodeJS.ErrnoException {
-  return Object.assign(new Error(MESSAGE), { code: DESTINATION_NOT_ALLOWED, hostname });
+  return Object.assign(new Error(DESTINATION_NOT_ALLOWED_MESSAGE), {
+    code: DESTINATION_NOT_ALLOWED,
+    hostname,
+  });
 }
 
 /**
