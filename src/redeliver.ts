@@ -11,6 +11,7 @@ import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
 import { createLogger } from './logger.js';
 import { type RedeliveryFilter, redeliverFailed } from './webhooks/delivery/upkeep.js';
+import { eventUuidOf } from './webhooks/tables/ids.js';
 
 const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
 Sends failed webhook deliveries again (every one unless a filter is given): they become
@@ -32,10 +33,10 @@ function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
   }
   const filter: RedeliveryFilter = { url: values.url };
   if (values.event !== undefined) {
-    const hex = values.event.replace(/^msg_/, '').replaceAll('-', '');
-    if (!/^[0-9a-f]{32}$/i.test(hex))
+    filter.eventId = eventUuidOf(values.event);
+    if (filter.eventId === undefined) {
       throw new UsageError('--event must be a webhook-id (msg_...)');
-    filter.eventId = hex.replace(/^(.{8})(.{4})(.{4})(.{4})(.{12})$/, '$1-$2-$3-$4-$5');
+    }
   }
   if (values['failed-since'] !== undefined) {
     const since = new Date(values['failed-since']);

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
@@ -9,7 +10,7 @@ import {
   retryAfterMs,
 } from '../../src/webhooks/delivery/schedule.js';
 import { signature, signingKey } from '../../src/webhooks/security/signature.js';
-import { webhookId } from '../../src/webhooks/tables/ids.js';
+import { eventUuidOf, webhookId } from '../../src/webhooks/tables/ids.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const base = { API_TOKENS: 'token', WEBHOOK_SECRET: SECRET };
@@ -184,5 +185,18 @@ describe('the next step after an attempt', () => {
     expect(retryAfterMs('Wed, 31 Dec 2025 00:00:00 GMT', now)).toBe(0);
     expect(retryAfterMs('9999999', now)).toBe(RETRY_AFTER_MAX_MS);
     expect(retryAfterMs('soon', now)).toBeUndefined();
+  });
+});
+
+describe('an event id', () => {
+  it('reads back the UUID of every webhook-id, and none of a test event or another form', () => {
+    fc.assert(
+      fc.property(fc.uuid(), (uuid) => {
+        expect(eventUuidOf(webhookId(uuid))).toBe(uuid);
+        expect(eventUuidOf(webhookId(uuid, 'test'))).toBeUndefined();
+        expect(eventUuidOf(uuid)).toBeUndefined();
+        expect(eventUuidOf(webhookId(uuid).toUpperCase())).toBeUndefined();
+      }),
+    );
   });
 });

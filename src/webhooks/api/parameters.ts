@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/errors.js';
 import { asText, parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
 import { INT64_MAX } from '../../kinds.js';
-import { attemptKeyOf, endpointKeyOf } from '../tables/ids.js';
+import { attemptKeyOf, endpointKeyOf, eventUuidOf } from '../tables/ids.js';
 import {
   MALFORMED_ENDPOINT_ID_MESSAGE,
   NO_ENDPOINT_MESSAGE,
@@ -32,12 +32,6 @@ export async function readEndpointId(request: FastifyRequest): Promise<void> {
 }
 
 export const unknownEvent = () => new HttpError(404, UNKNOWN_EVENT_MESSAGE);
-
-/** The UUID of an event's `webhook-id` (`msg_` and 32 hex digits); undefined for anything else. */
-export function eventUuidOf(id: string): string | undefined {
-  const match = /^msg_([0-9a-f]{8})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{12})$/.exec(id);
-  return match ? match.slice(1).join('-') : undefined;
-}
 
 /** An event id that is no `webhook-id` of an event names none: 404 (a test's is not one). */
 export async function readEventId(request: FastifyRequest): Promise<void> {

@@ -12,7 +12,7 @@ import type { Dispatcher } from '../delivery/engine.js';
 import type { Replays } from '../delivery/replays.js';
 import { forbiddenHost } from '../security/destination.js';
 import { SecretUnavailableError } from '../security/secrets.js';
-import { attemptIdOf, attemptKeyOf, endpointIdOf } from '../tables/ids.js';
+import { attemptIdOf, attemptKeyOf, endpointIdOf, eventUuidOf } from '../tables/ids.js';
 import type { EndpointStore } from './endpoints.js';
 import {
   CONFIGURED_MESSAGE,
@@ -26,7 +26,6 @@ import { operations } from './operations.js';
 import {
   bodyOrEmpty,
   endpointKey,
-  eventUuidOf,
   headersOnCreate,
   keyOfRequest,
   notFound,

@@ -43,6 +43,13 @@ export function webhookId(eventId: string, trigger?: string): string {
   return `${trigger === 'test' ? TEST_EVENT : EVENT}${eventId.replaceAll('-', '')}`;
 }
 
+/** The UUID of an event's `webhook-id` (a test's is none); undefined for anything else. */
+export function eventUuidOf(id: string): string | undefined {
+  const digits = id.startsWith(EVENT) ? id.slice(EVENT.length) : '';
+  const match = /^([0-9a-f]{8})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{4})([0-9a-f]{12})$/.exec(digits);
+  return match ? match.slice(1).join('-') : undefined;
+}
+
 /** The `webhook-id` of an event recorded for a change. */
 export const EVENT_ID_PATTERN = `^${EVENT}[0-9a-f]{32}$`;
 /** The `webhook-id` of a test event. */
