@@ -1,7 +1,12 @@
-/** host:port/database of a server's connection string, without user or password. */
+/**
+ * host:port/database of a server's connection string, without user or password: its `host` and
+ * `port` parameters win over the URL's own, as node-postgres reads them (a socket directory
+ * included).
+ */
 export function describeServer(url: string, pooler = false): string {
-  const { hostname, port, pathname } = new URL(url);
-  const address = `${hostname || 'localhost'}:${port || '5432'}${pathname || '/'}`;
+  const { hostname, port, pathname, searchParams } = new URL(url);
+  const host = searchParams.get('host') || decodeURIComponent(hostname) || 'localhost';
+  const address = `${host}:${searchParams.get('port') || port || '5432'}${pathname || '/'}`;
   return `the PostgreSQL server at ${address}${pooler ? ' (through a pooler)' : ''}`;
 }
 
