@@ -73,11 +73,13 @@ function filesUnder(folder: string): string[] {
 
 /**
  * A digest of what the embedded engine's data is made from: the engine and the driver as
- * installed (package-lock.json), the code that opens and migrates it, and the migrations.
+ * installed (package-lock.json), the code that opens and migrates it, the migrations, and this
+ * file, which makes it.
  */
 function embeddedDataKey(): string {
   const hash = createHash('sha256');
-  for (const file of ['package-lock.json', ...filesUnder('src/db'), ...filesUnder('migrations')]) {
+  const inputs = ['package-lock.json', 'test/global-setup.ts', ...filesUnder('src/db')];
+  for (const file of [...inputs, ...filesUnder('migrations')]) {
     hash
       .update(`${file}\0`)
       .update(readFileSync(join(projectRoot, file)))

@@ -14,7 +14,11 @@ export function testEngine(): Engine {
   return inject('engine');
 }
 
-/** True when the postgres project runs this file too, in the same run (see vitest.config.ts). */
+/**
+ * True when a PostgreSQL server is there for the tests, so that the postgres project runs this
+ * file too in a whole run (see vitest.config.ts); a run of the embedded project alone still says
+ * so.
+ */
 export function onSecondEngine(): boolean {
   return inject('secondEngine');
 }
