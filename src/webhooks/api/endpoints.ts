@@ -80,7 +80,7 @@ const endpointKey = sql`${placeholder('id')}::bigint`;
  * The statements of the management API over `db`, each prepared once; each returns undefined
  * for an endpoint that is not, and those that change one, for a configured one too (the route
  * tells which). Secrets are sealed under the first of `encryptionKeys`, bound to their row (see
- * secrets.ts); the key before a rotation still signs for `rotationGraceS`.
+ * security/secrets.ts); the key before a rotation still signs for `rotationGraceS`.
  */
 export function createEndpointStore(
   db: Database,
@@ -190,7 +190,7 @@ export function createEndpointStore(
     'webhook_endpoint_headers',
     sql`select configured, headers from webhook_endpoints where id = ${endpointKey}`,
   );
-  // A new version, as every change has: the lanes open the headers again (see delivery/sending.ts).
+  // A new version, as every change has: the lanes open the headers again (see delivery/lanes.ts).
   const replaceHeaders = prepareStatement<{ id: string }>(
     db,
     'webhook_endpoint_set_headers',

@@ -35,7 +35,7 @@ export interface DeliveryRow {
   endpoint_version: number;
   configured: boolean;
   body: string;
-  /** Why the delivery exists (see triggers.ts). */
+  /** Why the delivery exists (see tables/triggers.ts). */
   trigger: DeliveryTrigger;
   event_type: string;
   attempts: number;
@@ -82,11 +82,11 @@ export function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: st
       /** The endpoint's row key, in decimal. */
       key: row.endpoint_key,
       url: row.endpoint_url,
-      /** The signing key, sealed (see secrets.ts). */
+      /** The signing key, sealed (see security/secrets.ts). */
       secret: row.secret,
       /** The key before the last rotation, sealed, while it still signs. */
       previousSecret: row.previous_secret ?? undefined,
-      /** Its custom headers, sealed (see custom-headers.ts); null when it has none. */
+      /** Its custom headers, sealed (see security/custom-headers.ts); null when it has none. */
       headers: row.headers,
       /** When the endpoint was last changed (ms since the epoch): an older view is not applied. */
       version: row.endpoint_version,
@@ -97,7 +97,7 @@ export function deliveryOf(row: DeliveryRow, claimedAt: number, traceparent?: st
     body: row.body,
     /** Why the delivery exists: its first attempt is logged with it, later ones as retries. */
     trigger: row.trigger,
-    /** The type of its event (see event-types.ts). */
+    /** The type of its event (see catalog/event-types.ts). */
     eventType: row.event_type,
     /** This attempt's number, from 1. */
     attempt: row.attempts,

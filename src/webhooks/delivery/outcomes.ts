@@ -77,7 +77,7 @@ export function createOutcomeStatements(
   // statement; not one a 410 ended (410 is always `gone`, see nextStep), nor a test, nor a
   // deliveryExhausted event itself (events about it would never end). A batch that may record
   // one takes the subscription lock before the delivery rows (`outcomes` yields no row until it
-  // has it), as the order of locks in endpoints.ts says: a PATCH that disables holds it while it
+  // has it), as the order of locks in tables/locks.ts says: a PATCH that disables holds it while it
   // gives up that endpoint's deliveries.
   const reschedule = prepareStatement(
     db,

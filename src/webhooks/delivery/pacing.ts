@@ -1,5 +1,5 @@
 /**
- * The slot of a delivery to a rate-limited endpoint. A claim (statements.ts) takes the
+ * The slot of a delivery to a rate-limited endpoint. A claim (outbox.ts) takes the
  * endpoint's next free slots, 1/rateLimit s apart, and moves its paced_until past them under
  * the row's lock, so the slots of every replica's claims never overlap.
  */
