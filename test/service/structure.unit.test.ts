@@ -124,20 +124,21 @@ describe('the shape of src/', () => {
 
 /**
  * The rooms of src/webhooks/, each a folder of files that do one job: which rooms each may import
- * (types included), and the lines it holds at most, sized by what it does. What all rooms share
+ * (types included), and the lines it holds at most, sized by what it does with room for about a
+ * sixth more: past it, a room is doing a second job. What all rooms share
  * is `tables/`; the files at the top of webhooks/ compose the rooms, and no room imports them.
  */
 const webhookRooms: Record<string, { imports: string[]; lines: number }> = {
   // The tables, their ids and triggers, and the order of locks every statement keeps.
-  tables: { imports: [], lines: 350 },
+  tables: { imports: [], lines: 400 },
   // Event types: names, payload schemas, bodies, the document's `webhooks` section.
-  catalog: { imports: ['tables'], lines: 450 },
+  catalog: { imports: ['tables'], lines: 500 },
   // The key ring and its rekey, signatures, custom headers, the destination guard.
-  security: { imports: ['tables'], lines: 800 },
+  security: { imports: ['tables'], lines: 900 },
   // The one engine: events, fan-out, claim, attempt, outcome, attempt log; its timing.
-  delivery: { imports: ['tables', 'catalog', 'security'], lines: 2600 },
+  delivery: { imports: ['tables', 'catalog', 'security'], lines: 2900 },
   // The management API: routes, their schemas, examples and statements.
-  api: { imports: ['tables', 'catalog', 'security', 'delivery'], lines: 2200 },
+  api: { imports: ['tables', 'catalog', 'security', 'delivery'], lines: 2400 },
 };
 const webhooks = join(src, 'webhooks');
 /** The room of src/webhooks/ a file lives in; '' for the files at its top, undefined outside. */
