@@ -13,16 +13,11 @@ import { collectWhenIdle } from './idle-collection.js';
 import { createLogger } from './logger.js';
 import { createPlantRepository, type PlantRepository } from './plants/repository.js';
 import { startTracing } from './tracing/start.js';
-import { createEndpointStore, type EndpointStore } from './webhooks/api/endpoints.js';
-import { MANAGEMENT_OFF_MESSAGE } from './webhooks/api/messages.js';
-import { createDeclarations } from './webhooks/delivery/declare.js';
-import { createDispatcher, type Dispatcher } from './webhooks/delivery/engine.js';
-import { createWebhookMetrics } from './webhooks/delivery/metrics.js';
-import { createOutbox } from './webhooks/delivery/outbox.js';
-import { createReplays, type Replays } from './webhooks/delivery/replays.js';
-import { ENGINE_TIMING, type EngineTiming, leaseMsFor } from './webhooks/delivery/timing.js';
-import { createUpkeep } from './webhooks/delivery/upkeep.js';
-import { sealSecret } from './webhooks/security/secrets.js';
+import type { EndpointStore } from './webhooks/api/endpoints.js';
+import type { Dispatcher } from './webhooks/delivery/engine.js';
+import type { Replays } from './webhooks/delivery/replays.js';
+import type { EngineTiming } from './webhooks/delivery/timing.js';
+import { openWebhooks } from './webhooks/open.js';
 
 export interface ServiceDeps {
   /** The service's logger; JSON lines on stdout at `config.logLevel` when absent. */
@@ -65,21 +60,6 @@ const LISTEN_BACKLOG = 4096;
 const idle = { queued: 0, inFlight: 0 };
 
 const starting = () => new HttpError(503, SERVICE_STARTING_MESSAGE, { 'retry-after': '1' });
-
-/** To whom the newPlant webhook goes: static origins and paths (never query strings). */
-function describeWebhooks(webhooks: Config['webhooks']): string {
-  const endpoints = 'the endpoints made through /webhooks/endpoints';
-  if (webhooks.urls.length === 0) return `webhooks: sending each new plant to ${endpoints}`;
-  const receivers = webhooks.urls.map((url) => {
-    const { origin, pathname } = new URL(url);
-    return `${origin}${pathname}`;
-  });
-  const count = receivers.length === 1 ? '1 URL' : `${receivers.length} URLs`;
-  return `webhooks: sending each new plant to ${count} (${receivers.join(', ')}) and to ${endpoints}`;
-}
-
-const KEYS_STORED_AS_THEY_ARE =
-  'WEBHOOK_ENCRYPTION_KEYS is not set: webhook signing keys and custom headers are stored in the database as they are, so anyone who reads the database or a backup can sign events that the receivers accept and read the credentials those headers carry; set it (see "Endpoint keys at rest" in docs/webhooks.md)';
 
 /** The one place the service is assembled: every part is made here, and closed here. */
 export async function createService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
@@ -191,26 +171,13 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
       limit: config.auth.failuresPerAddress,
       windowMs: config.auth.windowMs,
     });
-    endpoints = createEndpointStore(db.db, {
-      encryptionKeys: config.webhooks.encryptionKeys,
-      rotationGraceS: config.webhooks.rotationGraceS,
+    const webhooks = await openWebhooks(db.db, config.webhooks, {
+      logger,
+      registry: metrics.registry,
+      managed: config.auth.adminTokens.length > 0,
+      timing: deps.webhookTiming,
+      whenDatabaseAnswers,
     });
-    const webhooks = config.webhooks;
-    const { secret, encryptionKeys } = webhooks;
-    const timing = { ...ENGINE_TIMING, ...deps.webhookTiming };
-    const outbox = createOutbox(db.db, { leaseMs: leaseMsFor(webhooks.timeoutMs, timing) });
-    const declarations = createDeclarations(db.db);
-    // Before the first create: its events are recorded for them.
-    await whenDatabaseAnswers('declaring WEBHOOK_URLS', () =>
-      declarations.declare(
-        webhooks.urls,
-        secret === undefined
-          ? undefined
-          : (endpoint) => sealSecret(secret, encryptionKeys, { endpoint, field: 'secret' }),
-        timing.declaredForMs,
-        webhooks.events,
-      ),
-    );
     if (stopping) return;
     repository = deps.repository
       ? deps.repository(db)
@@ -222,27 +189,10 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });
-    const upkeep = createUpkeep(db.db, webhooks);
-    const resends = createReplays(db.db, webhooks);
-    dispatcher = createDispatcher({
-      db: db.db,
-      config: webhooks,
-      logger,
-      outbox,
-      declarations,
-      timing,
-      upkeep,
-      replays: resends,
-      metrics: createWebhookMetrics(metrics.registry, () => upkeep.stats()),
-    });
-    dispatcher.start();
-    replays = resends;
-    logger.info({ webhookSubscribers: webhooks.urls.length }, describeWebhooks(webhooks));
-    const managed = config.auth.adminTokens.length > 0;
-    if (!managed) logger.info(MANAGEMENT_OFF_MESSAGE);
-    if (encryptionKeys.length === 0 && (managed || webhooks.urls.length > 0)) {
-      logger.warn(KEYS_STORED_AS_THEY_ARE);
-    }
+    endpoints = webhooks.endpoints;
+    replays = webhooks.replays;
+    dispatcher = webhooks.dispatcher;
+    webhooks.start();
   }
 
   async function listen(): Promise<void> {

@@ -111,14 +111,14 @@ describe('the shape of src/', () => {
     expect(offending.map(name)).toEqual([]);
   });
 
-  it('wires the repository and the webhook dispatcher only in src/service.ts', () => {
-    const wiring = /(?<!function )\b(createPlantRepository|createDispatcher|createOutbox)\(/;
-    const elsewhere = [
-      ...sources.filter((file) => folderOf(file) === '' && file !== join(src, 'service.ts')),
-      ...filesUnder(join(root, 'test/helpers')),
-      ...filesUnder(join(root, 'bench')),
-    ].filter((file) => wiring.test(text.get(file) ?? readFileSync(file, 'utf8')));
-    expect(elsewhere.map((file) => relative(root, file))).toEqual([]);
+  it('wires the repository only in src/service.ts, and the webhooks only in src/webhooks/open.ts', () => {
+    const wired = (pattern: RegExp, where: string) =>
+      [...sources, ...filesUnder(join(root, 'test/helpers')), ...filesUnder(join(root, 'bench'))]
+        .filter((file) => file !== join(src, where))
+        .filter((file) => pattern.test(text.get(file) ?? readFileSync(file, 'utf8')))
+        .map((file) => relative(root, file));
+    expect(wired(/(?<!function )\bcreatePlantRepository\(/, 'service.ts')).toEqual([]);
+    expect(wired(/(?<!function )\bcreateDispatcher\(/, 'webhooks/open.ts')).toEqual([]);
   });
 });
 
