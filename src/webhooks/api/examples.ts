@@ -4,6 +4,7 @@ import type { Example } from '../../http/openapi.js';
 import { parseLimit } from '../../http/query.js';
 import { refusalMessage } from '../../http/validation.js';
 import { EVENT_TYPES_JSON } from '../catalog/event-types.js';
+import { CUSTOM_HEADERS_MAX } from '../security/custom-headers.js';
 import {
   CONFIGURED_MESSAGE,
   DISABLED_MESSAGE,
@@ -257,8 +258,12 @@ export const endpointErrorExamples = {
     ),
     tooMany: refused(
       CustomHeadersSchema,
-      headersOf(Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`X-Header-${i}`, 'x']))),
-      'More than 20 headers',
+      headersOf(
+        Object.fromEntries(
+          Array.from({ length: CUSTOM_HEADERS_MAX + 1 }, (_, i) => [`X-Header-${i}`, 'x']),
+        ),
+      ),
+      `More than ${CUSTOM_HEADERS_MAX} headers`,
     ),
   },
   invalidSince: {

@@ -15,6 +15,7 @@ import {
   AttemptPageQuerySchema,
   AttemptSchema,
   CustomHeadersSchema,
+  DEFAULT_TEST_EVENT_TYPE,
   EndpointIdParamsSchema,
   EndpointPageQuerySchema,
   EndpointPatchSchema,
@@ -279,7 +280,8 @@ export const operations = {
     operationId: 'testWebhookEndpoint',
     summary: 'Send an example event to an endpoint, and tell how it went',
     description:
-      'An example of `eventType` (newPlant when absent) is sent at once, signed with the endpoint’s key, with a `webhook-id` that starts `msg_test_`; the answer says how that one attempt ended. It is in the attempt log (`"trigger": "test"`), is never retried nor recovered, and does not count toward disabling the endpoint. The body may be left out.',
+      `An example of \`eventType\` (${DEFAULT_TEST_EVENT_TYPE} when absent) is sent at once, signed with the endpoint’s key, ` +
+      'with a `webhook-id` that starts `msg_test_`; the answer says how that one attempt ended. It is in the attempt log (`"trigger": "test"`), is never retried nor recovered, and does not count toward disabling the endpoint. The body may be left out.',
     ...idParams,
     body: EndpointTestSchema,
     'x-body-optional': true,

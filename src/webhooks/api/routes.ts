@@ -36,7 +36,7 @@ import {
   unknownEvent,
   unpatchableField,
 } from './parameters.js';
-import { type Endpoint, PAGE_LIMIT_DEFAULT } from './schemas.js';
+import { DEFAULT_TEST_EVENT_TYPE, type Endpoint, PAGE_LIMIT_DEFAULT } from './schemas.js';
 import { attemptsJson, endpointOf } from './serialize.js';
 
 const JSON_TYPE = 'application/json; charset=utf-8';
@@ -327,7 +327,7 @@ export async function endpointRoutes(
     `${BASE}/:id/test`,
     { schema: operations.testWebhookEndpoint, preValidation: [readEndpointId, bodyOrEmpty] },
     async (request) => {
-      const { eventType = 'newPlant' } = request.body;
+      const { eventType = DEFAULT_TEST_EVENT_TYPE } = request.body;
       const outcome = await options.dispatcher().test(keyOfRequest(request), eventType, answered);
       if (outcome === undefined) throw notFound();
       if (outcome === 'disabled') throw new HttpError(409, DISABLED_SEND_MESSAGE);

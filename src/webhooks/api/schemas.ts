@@ -359,6 +359,9 @@ export const ResendParamsSchema = Type.Object({
 const eventTypeProblem = (value: unknown) =>
   isEventTypeName(value) ? undefined : unknownEventType(value);
 
+/** The type a test sends when its body names none. */
+export const DEFAULT_TEST_EVENT_TYPE: EventTypeName = 'newPlant';
+
 export const EndpointTestSchema = Type.Object(
   {
     eventType: Type.Optional(
