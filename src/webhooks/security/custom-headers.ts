@@ -37,14 +37,17 @@ const RESERVED_NAMES = new Set([
 const RESERVED_PREFIXES = ['webhook-', 'content-'];
 
 /** The reserved names, as a refusal lists them. */
-export const RESERVED_HEADERS =
-  'webhook-*, content-*, host, connection, transfer-encoding, user-agent, keep-alive, upgrade, expect';
+export const RESERVED_HEADERS = [
+  ...RESERVED_PREFIXES.map((prefix) => `${prefix}*`),
+  ...RESERVED_NAMES,
+].join(', ');
 
 /** A name as an error message quotes it: a name is not a secret, but it may be long. */
 const quoted = (name: string) =>
   JSON.stringify(name.length > 64 ? `${name.slice(0, 64)}...` : name);
 
-const isReserved = (lowerCase: string) =>
+/** A header name (in lower case) that the service sets itself, so an endpoint may not. */
+export const isReservedHeader = (lowerCase: string) =>
   RESERVED_NAMES.has(lowerCase) || RESERVED_PREFIXES.some((prefix) => lowerCase.startsWith(prefix));
 
 /**
@@ -66,7 +69,7 @@ export function customHeadersProblem(value: unknown): string | undefined {
       return `must have names that are HTTP tokens (letters, digits and !#$%&'*+-.^_\`|~) of at most ${HEADER_NAME_MAX_LENGTH} characters: ${quoted(name)} is not`;
     }
     const lowerCase = name.toLowerCase();
-    if (isReserved(lowerCase)) {
+    if (isReservedHeader(lowerCase)) {
       return `must not set ${quoted(name)}: the service sets ${RESERVED_HEADERS} itself`;
     }
     if (seen.has(lowerCase)) {
