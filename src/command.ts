@@ -18,7 +18,7 @@ export function endOnBadInput(error: unknown, usage: string): void {
     process.stderr.write(`plant-store: ${(error as Error).message}\n${usage}\n`);
     process.exitCode = 2;
   } else if (error instanceof ConfigError) {
-    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
+    process.stderr.write(error.line);
     process.exitCode = 1;
   } else throw error;
 }

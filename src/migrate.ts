@@ -25,6 +25,6 @@ try {
   }
 } catch (error) {
   if (!(error instanceof ConfigError)) throw error;
-  process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
+  process.stderr.write(error.line);
   process.exitCode = 1;
 }

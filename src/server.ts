@@ -9,7 +9,7 @@ function readConfig(): Config {
     return loadConfig(process.env);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    process.stderr.write(`plant-store: invalid configuration: ${error.message}\n`);
+    process.stderr.write(error.line);
     process.exit(1);
   }
 }
