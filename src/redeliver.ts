@@ -10,14 +10,14 @@ import { loadConfig } from './config.js';
 import { openCommandDatabase } from './db/client.js';
 import { failureForLog } from './db/errors.js';
 import { createLogger } from './logger.js';
-import { type RedeliveryFilter, redeliverFailed } from './webhooks/delivery/upkeep.js';
+import { type RecoveryFilter, redeliverFailed } from './webhooks/delivery/recovery.js';
 import { eventUuidOf } from './webhooks/tables/ids.js';
 
 const usage = `usage: npm run webhooks:redeliver -- [--url URL] [--event msg_...] [--failed-since ISO-TIME] [--dry-run]
 Sends failed webhook deliveries again (every one unless a filter is given): they become
 due at once with a fresh retry schedule, and the running service delivers them.`;
 
-function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
+function readFilter(): { filter: RecoveryFilter; dryRun: boolean } {
   const { values } = parseArgs({
     options: {
       url: { type: 'string' },
@@ -31,7 +31,7 @@ function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
     process.stdout.write(`${usage}\n`);
     process.exit(0);
   }
-  const filter: RedeliveryFilter = { url: values.url };
+  const filter: RecoveryFilter = { url: values.url };
   if (values.event !== undefined) {
     filter.eventId = eventUuidOf(values.event);
     if (filter.eventId === undefined) {
@@ -42,7 +42,7 @@ function readFilter(): { filter: RedeliveryFilter; dryRun: boolean } {
     const since = new Date(values['failed-since']);
     if (Number.isNaN(since.getTime()))
       throw new UsageError('--failed-since must be a date and time');
-    filter.failedSince = since;
+    filter.failedSince = since.toISOString();
   }
   return { filter, dryRun: values['dry-run'] };
 }

@@ -61,3 +61,17 @@ export function createRecovery(db: Database, name: string) {
     return { count: row?.count ?? 0, disabled: row?.disabled ?? undefined };
   };
 }
+
+/**
+ * The operator's redelivery (npm run webhooks:redeliver): the recovery of every failed delivery
+ * that `filter` picks, on any endpoint, with an unnamed statement (a command runs it once).
+ * Returns how many; `dryRun` only counts them.
+ */
+export async function redeliverFailed(
+  db: Database,
+  filter: Omit<RecoveryFilter, 'endpoint' | 'dryRun'>,
+  dryRun = false,
+): Promise<number> {
+  const { count } = await createRecovery(db, '')({ ...filter, dryRun });
+  return count;
+}

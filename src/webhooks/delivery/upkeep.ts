@@ -1,10 +1,8 @@
-// The outbox's upkeep: the gauges of its backlog, the retention's sweep, and the operator's
-// redelivery of failed deliveries.
+// The outbox's upkeep: the gauges of its backlog, and the retention's sweep.
 import { sql } from 'drizzle-orm';
 import type { Database } from '../../db/database.js';
 import { prepareStatement } from '../../db/prepared.js';
 import { receiving } from './outbox.js';
-import { createRecovery } from './recovery.js';
 
 export type OutboxStats = Awaited<ReturnType<Upkeep['stats']>>;
 
@@ -99,34 +97,4 @@ export function createUpkeep(db: Database, { logRetentionS }: { logRetentionS: n
       return row?.count ?? 0;
     },
   };
-}
-
-/** Which failed deliveries to send again; every one when nothing is given. */
-export interface RedeliveryFilter {
-  /** Only those to endpoints of this URL. */
-  url?: string | undefined;
-  /** Only this event (its UUID). */
-  eventId?: string | undefined;
-  /** Only those that failed at or after this time. */
-  failedSince?: Date | undefined;
-}
-
-/**
- * Makes failed deliveries due again with a fresh retry schedule, as the API's recover does, so
- * that any running dispatcher sends them within a poll interval; a disabled endpoint's stay
- * failed. Returns how many; `dryRun` only counts them.
- */
-export async function redeliverFailed(
-  db: Database,
-  filter: RedeliveryFilter,
-  dryRun = false,
-): Promise<number> {
-  const recover = createRecovery(db, '');
-  const { count } = await recover({
-    url: filter.url,
-    eventId: filter.eventId,
-    failedSince: filter.failedSince?.toISOString(),
-    dryRun,
-  });
-  return count;
 }

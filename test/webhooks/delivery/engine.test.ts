@@ -5,7 +5,7 @@ import { createLogger } from '../../../src/logger.js';
 import { createPlantQueries } from '../../../src/plants/queries.js';
 import { createDeclarations } from '../../../src/webhooks/delivery/declare.js';
 import { createDispatcher } from '../../../src/webhooks/delivery/engine.js';
-import { redeliverFailed } from '../../../src/webhooks/delivery/upkeep.js';
+import { redeliverFailed } from '../../../src/webhooks/delivery/recovery.js';
 import { openSecret, sealSecret } from '../../../src/webhooks/security/secrets.js';
 import type { WebhookSettings } from '../../../src/webhooks/settings.js';
 import { batching, postPlant, startTestApp, type TestApp, TOKEN } from '../../helpers/app.js';

@@ -2,7 +2,8 @@
 // through the management API, to a receiver on loopback that verifies every signature.
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createUpkeep, redeliverFailed } from '../../../src/webhooks/delivery/upkeep.js';
+import { redeliverFailed } from '../../../src/webhooks/delivery/recovery.js';
+import { createUpkeep } from '../../../src/webhooks/delivery/upkeep.js';
 import { generateSecret } from '../../../src/webhooks/security/secrets.js';
 import { postPlant, type TestApp } from '../../helpers/app.js';
 import { serverUrlOf, testEngine } from '../../helpers/database.js';
