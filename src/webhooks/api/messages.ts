@@ -1,11 +1,12 @@
 // The messages the management API answers its own failures with; its documentation's examples
 // take them from here (see examples.ts).
+import { ENDPOINT_ID_FORM } from '../tables/ids.js';
 
 /** What every management request answers while no admin token is configured, and the start log says. */
 export const MANAGEMENT_OFF_MESSAGE =
   'the webhook management API is off: no admin token is configured; set ADMIN_TOKENS (or ADMIN_TOKENS_FILE) to turn it on';
 export const NO_ENDPOINT_MESSAGE = 'no webhook endpoint has this id';
-export const MALFORMED_ENDPOINT_ID_MESSAGE = `${NO_ENDPOINT_MESSAGE}: endpoint ids are ep_ and 16 hexadecimal digits, such as ep_0000000000000001`;
+export const MALFORMED_ENDPOINT_ID_MESSAGE = `${NO_ENDPOINT_MESSAGE}: endpoint ids are ${ENDPOINT_ID_FORM}`;
 export const UNKNOWN_EVENT_MESSAGE = 'this endpoint has no event with this id in its attempt log';
 export const DISABLED_MESSAGE =
   'the endpoint is disabled: enable it (PATCH disabled false) before recovering';

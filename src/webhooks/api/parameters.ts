@@ -2,14 +2,25 @@ import type { FastifyRequest } from 'fastify';
 import { HttpError } from '../../http/errors.js';
 import { asText, parseLimit, queryStringOf, readQueryParameters } from '../../http/query.js';
 import { INT64_MAX } from '../../kinds.js';
-import { attemptKeyOf, endpointKeyOf, eventUuidOf } from '../tables/ids.js';
+import {
+  attemptIdOf,
+  attemptKeyOf,
+  endpointIdOf,
+  endpointKeyOf,
+  eventUuidOf,
+} from '../tables/ids.js';
 import {
   MALFORMED_ENDPOINT_ID_MESSAGE,
   NO_ENDPOINT_MESSAGE,
   secretByPatchMessage,
   UNKNOWN_EVENT_MESSAGE,
 } from './messages.js';
-import { PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX } from './schemas.js';
+import {
+  EndpointPatchSchema,
+  EndpointSchema,
+  PAGE_LIMIT_DEFAULT,
+  PAGE_LIMIT_MAX,
+} from './schemas.js';
 
 /** The path and query parameters of the management API, read and checked. */
 
@@ -65,7 +76,7 @@ export async function readEndpointPage(request: FastifyRequest): Promise<void> {
   if (after !== undefined && endpointKey(after) === undefined) {
     throw new HttpError(
       400,
-      'querystring/after must be an endpoint id, such as ep_0000000000000001',
+      `querystring/after must be an endpoint id, such as ${endpointIdOf(1n)}`,
     );
   }
   request.query = pageQuery(limit, { after });
@@ -80,10 +91,7 @@ export async function readAttemptPage(request: FastifyRequest): Promise<void> {
   });
   const afterKey = after === undefined ? undefined : attemptKeyOf(after);
   if (after !== undefined && (afterKey === undefined || afterKey > INT64_MAX)) {
-    throw new HttpError(
-      400,
-      'querystring/after must be an attempt id, such as att_0000000000000001',
-    );
+    throw new HttpError(400, `querystring/after must be an attempt id, such as ${attemptIdOf(1n)}`);
   }
   if (status !== undefined && status !== 'succeeded' && status !== 'failed') {
     throw new HttpError(400, 'querystring/status must be succeeded or failed');
@@ -91,8 +99,10 @@ export async function readAttemptPage(request: FastifyRequest): Promise<void> {
   request.query = pageQuery(limit, { after, status });
 }
 
-/** Fields of an endpoint that only the service sets. */
-const SET_BY_THE_SERVICE = ['id', 'configured', 'disabledReason', 'createdAt', 'updatedAt'];
+/** Fields of an endpoint that only the service sets: those a PATCH body does not have. */
+const SET_BY_THE_SERVICE = Object.keys(EndpointSchema.properties).filter(
+  (name) => !Object.hasOwn(EndpointPatchSchema.properties, name),
+);
 
 /**
  * A field of a PATCH body that the resource has, or that another operation changes, but that

@@ -26,6 +26,8 @@ export const endpointKeyOf = (id: string) => parse(ENDPOINT, id);
 export const attemptKeyOf = (id: string) => parse(ATTEMPT, id);
 
 export const ENDPOINT_ID_PATTERN = `^${ENDPOINT}[0-9a-f]{${HEX_DIGITS}}$`;
+/** An endpoint id's form, in words, with an example: for the messages that refuse another. */
+export const ENDPOINT_ID_FORM = `${ENDPOINT} and ${HEX_DIGITS} hexadecimal digits, such as ${endpointIdOf(1n)}`;
 export const ATTEMPT_ID_PATTERN = `^${ATTEMPT}[0-9a-f]{${HEX_DIGITS}}$`;
 
 /** An endpoint's id from its row key, in SQL: what endpointIdOf writes. */

@@ -441,6 +441,14 @@ describe('GET, PATCH and DELETE /webhooks/endpoints/{id}', () => {
         'body/createdAt is set by the service and cannot be changed',
       ],
       [{ configured: true }, 'body/configured is set by the service and cannot be changed'],
+      [
+        { disabledReason: 'because' },
+        'body/disabledReason is set by the service and cannot be changed',
+      ],
+      [
+        { updatedAt: '2020-01-01T00:00:00Z' },
+        'body/updatedAt is set by the service and cannot be changed',
+      ],
     ] as const) {
       const response = await call('PATCH', path, body);
       expect(response.statusCode, JSON.stringify(body)).toBe(400);
