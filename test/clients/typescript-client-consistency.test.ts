@@ -109,7 +109,7 @@ describe('the TypeScript client’s Consistency-Token, from a service without re
     await getPlant({
       client: store.client,
       path: { id: 4n },
-      headers: { 'Consistency-Token': 't1-0/4000000' },
+      headers: { 'consistency-token': 't1-0/4000000' },
       throwOnError: true,
     });
     expect(exchanges.at(-1)?.sent).toBe('t1-0/4000000');
