@@ -60,6 +60,7 @@ const serverOnly = [
   'test/db/read-only.test.ts',
   'test/db/exhaustion.test.ts',
   'test/service/log-secrets.test.ts',
+  'test/plants/consistency-token.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/db/embedded.test.ts'];
