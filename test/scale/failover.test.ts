@@ -379,8 +379,13 @@ describe('two replicas on a Patroni cluster (etcd, three nodes, synchronous mode
     expect(report.answers['503']).toBeGreaterThan(0);
     expect(afterElectionMs).toBeLessThanOrEqual(RECOVERY_MS);
     expect(leaderless.length).toBeGreaterThan(0);
+    // Each with when it was sent, in ms after the kill.
     expect(
-      badReads.slice(0, 10).map(({ plant, answer }) => ({ id: String(plant.id), answer })),
+      badReads.slice(0, 10).map(({ plant, answer, sentAt = 0 }) => ({
+        id: String(plant.id),
+        sent: Math.round(sentAt - killedAt),
+        answer,
+      })),
     ).toStrictEqual([]);
     expect((await Promise.all(replicas.map(readiness))).map(({ status }) => status)).toStrictEqual(
       replicas.map(() => 200),
