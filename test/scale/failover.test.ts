@@ -211,12 +211,13 @@ async function readPlant(baseUrl: string, plant: SentPlant): Promise<Attempt> {
 
 /** Reads through every replica, one read after another per reader, of `plants` at random. */
 function startReads(plants: readonly SentPlant[]) {
+  if (plants.length === 0) throw new Error('no settled plant to read');
   const reads: Attempt[] = [];
   let stopping = false;
   async function reader(baseUrl: string): Promise<void> {
     while (!stopping) {
-      const plant = plants[Math.floor(Math.random() * plants.length)];
-      if (plant) reads.push(await readPlant(baseUrl, plant));
+      const plant = plants[Math.floor(Math.random() * plants.length)] as SentPlant;
+      reads.push(await readPlant(baseUrl, plant));
     }
   }
   const running = Promise.all(
