@@ -2,7 +2,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type { Database } from './database.js';
 import { serverAddress } from './describe.js';
-import { failureForLog, ServerReadOnlyError } from './errors.js';
+import { failureForLog, ServerReadOnlyError, sqlStateOf } from './errors.js';
 import { type ServerOptions, serverPoolConfig } from './pool-config.js';
 import {
   createReadRouting,
@@ -99,19 +99,25 @@ export interface ReplicaSet {
 
 const POLL_MS = 100;
 
+// What a hot standby cancels a query with when it conflicts with the WAL it replays.
+const RECOVERY_CONFLICT_SQL_STATES = new Set(['40001', '40P01']);
+
 /**
  * The streaming replicas that serve reads, each with a pool of its own, and the primary's pool:
  * every `pollMs` each server reports where it stands, and every read's statement reports again.
  */
 export function openReplicaSet(primary: pg.Pool, options: ReplicaSetOptions): ReplicaSet {
   const now = options.now ?? Date.now;
+  // Half the statement timeout: after a replica's slow read, the primary still has time to answer.
+  const replicaTimeoutMs = Math.max(50, Math.floor(options.statementTimeoutMs / 2));
   const pools = options.urls.map(
     (url) =>
       new pg.Pool({
-        ...serverPoolConfig({ ...options, url }),
+        ...serverPoolConfig({ ...options, url, statementTimeoutMs: replicaTimeoutMs }),
         // A replica that does not answer soon is passed over: the primary can still answer
         // within the statement timeout.
         connectionTimeoutMillis: Math.min(options.connectTimeoutMs, 1000),
+        query_timeout: replicaTimeoutMs + 250,
         application_name: 'plant-store-replica',
       }),
   );
@@ -191,6 +197,8 @@ export function openReplicaSet(primary: pg.Pool, options: ReplicaSetOptions): Re
         : undefined;
     },
     failed(replica, error) {
+      // A query cancelled for a conflict with recovery says nothing against the replica.
+      if (RECOVERY_CONFLICT_SQL_STATES.has(sqlStateOf(error) ?? '')) return;
       routing.replicaFailed(replica.index, failureForLog(error).reason);
     },
     primaryPosition(answer) {

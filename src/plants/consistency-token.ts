@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { formatPosition, parsePosition } from '../db/wal-position.js';
 import { HttpError } from '../http/errors.js';
 import type { Consistency } from './routed-reads.js';
@@ -38,8 +38,18 @@ export function readConsistencyToken(request: FastifyRequest): Consistency {
   return { position };
 }
 
+const noHeaders: Readonly<Record<string, string>> = Object.freeze({});
+
 /** The answer's Consistency-Token header, when the request has a position to give. */
-export function tokenHeaders(consistency: Consistency | undefined): Record<string, string> {
+export function tokenHeaders(
+  consistency: Consistency | undefined,
+): Readonly<Record<string, string>> {
   const position = consistency?.position;
-  return position === undefined ? {} : { [CONSISTENCY_TOKEN]: formatPosition(position) };
+  return position === undefined ? noHeaders : { [CONSISTENCY_TOKEN]: formatPosition(position) };
+}
+
+/** Sets the answer's Consistency-Token, when the request has a position to give. */
+export function answerToken(reply: FastifyReply, consistency: Consistency | undefined): void {
+  const position = consistency?.position;
+  if (position !== undefined) reply.header(CONSISTENCY_TOKEN, formatPosition(position));
 }

@@ -10,6 +10,7 @@ import { queryStringOf } from '../http/query.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
 import {
+  answerToken,
   readConsistencyToken,
   tokenHeaders,
   tokenRequestHeader,
@@ -127,11 +128,11 @@ export async function plantRoutes(
       const plant = request.body;
       const consistency = written();
       const result = await answered(plants().createPlant(plant, consistency));
-      const headers = tokenHeaders(consistency);
       if (result.outcome === 'conflict') {
-        throw new HttpError(409, plantConflictMessage(plant.id), headers);
+        throw new HttpError(409, plantConflictMessage(plant.id), tokenHeaders(consistency));
       }
-      return reply.headers(headers).send(result.plant);
+      answerToken(reply, consistency);
+      return result.plant;
     },
   );
 
@@ -172,7 +173,7 @@ export async function plantRoutes(
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
       const consistency = seen(request);
       const page = await answered(plants().listPlants({ limit, after, tag }, consistency));
-      reply.headers(tokenHeaders(consistency));
+      answerToken(reply, consistency);
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
       if (page.lastId !== undefined && page.count === limit && page.lastId < INT64_MAX) {
         reply.header('link', nextPageLink(limit, page.lastId, tag));
@@ -216,9 +217,9 @@ export async function plantRoutes(
       const { id } = request.params;
       const consistency = seen(request);
       const plant = await answered(plants().getPlant(id, consistency));
-      const headers = tokenHeaders(consistency);
-      if (!plant) throw new HttpError(404, noPlantMessage(id), headers);
-      return reply.headers(headers).type(JSON_TYPE).send(storedPlantJson(plant));
+      if (!plant) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
+      answerToken(reply, consistency);
+      return reply.type(JSON_TYPE).send(storedPlantJson(plant));
     },
   );
 
@@ -250,9 +251,9 @@ export async function plantRoutes(
         const { id } = request.params;
         const consistency = written();
         const deleted = await answered(plants().deletePlant(id, consistency));
-        const headers = tokenHeaders(consistency);
-        if (!deleted) throw new HttpError(404, noPlantMessage(id), headers);
-        return reply.code(204).headers(headers).send(null);
+        if (!deleted) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
+        answerToken(reply, consistency);
+        return reply.code(204).send(null);
       },
     );
   });

@@ -291,9 +291,7 @@ export async function createClusterDatabase(cluster: Cluster): Promise<string> {
 
 /**
  * A hot standby of `primary`, made with pg_basebackup (-R: it follows the primary by streaming
- * replication) in a temporary directory of its own, on its own port, and started. Its
- * configuration is the primary's as copied, so set synchronous_standby_names on the primary only
- * afterwards: once promoted, the standby must not wait for a standby of its own.
+ * replication) in a temporary directory of its own, on its own port, and started.
  */
 export async function createStandby(primary: Cluster): Promise<Cluster> {
   const dir = mkdtempSync(join(tmpdir(), 'plant-store-standby-'));
@@ -333,36 +331,4 @@ export async function createStandby(primary: Cluster): Promise<Cluster> {
     destroyCluster(standby);
     throw error;
   }
-}
-
-/**
- * Makes every commit on `primary` wait until its one standby has flushed it (synchronous
- * replication), and resolves once the standby is attached as synchronous.
- */
-export async function requireSynchronousStandby(primary: Cluster): Promise<void> {
-  await queryUrl(primary.url, "alter system set synchronous_standby_names = '*'");
-  await queryUrl(primary.url, 'select pg_reload_conf()');
-  const deadline = Date.now() + PG_CTL_WAIT_SECONDS * 1000;
-  for (;;) {
-    const rows = await queryUrl<{ sync_state: string }>(
-      primary.url,
-      'select sync_state from pg_stat_replication',
-    );
-    if (rows.some(({ sync_state }) => sync_state === 'sync')) return;
-    if (Date.now() > deadline) {
-      throw new Error(`no synchronous standby attached: ${JSON.stringify(rows)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-/** Promotes a standby to a primary that accepts writes, and resolves once it does. */
-export async function promoteCluster(standby: Cluster): Promise<void> {
-  await runBinary(standby, 'pg_ctl', [
-    'promote',
-    '--pgdata',
-    standby.dataDir,
-    '--wait',
-    `--timeout=${PG_CTL_WAIT_SECONDS}`,
-  ]);
 }
