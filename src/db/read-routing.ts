@@ -17,7 +17,14 @@ export interface ServerReport {
 /** Why a read went to the primary rather than to a replica. */
 export type PrimaryReason = 'behind' | 'timeline' | 'fault' | 'none';
 
-export type Route<Replica> = { replica: Replica } | { primary: PrimaryReason };
+/**
+ * A read's destination. A replica's comes with what the choice relied on: the run of the server
+ * (its postmaster start) whose position qualified it, and the timeline it was on; an answer is
+ * used only if it comes from that run (see accept in replicas.ts).
+ */
+export type Route<Replica> =
+  | { replica: Replica; run: string; timeline: number }
+  | { primary: PrimaryReason };
 
 /** A replica's state as this process last saw it. */
 interface ReplicaState {
@@ -115,20 +122,16 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     return position;
   }
 
-  /**
-   * Records a replica's report; false when what it says breaks what a read routed there relied
-   * on (it is no longer a standby, or it restarted), in which case the read must not be used.
-   */
-  function observeReplica(index: number, report: ServerReport): boolean {
+  /** Records a replica's report: a new run of the server starts its state afresh. */
+  function observeReplica(index: number, report: ServerReport): void {
     const replica = replicas[index] as ReplicaState;
     if (!report.standby || report.lsn === null) {
       replica.started = undefined;
       setRotation(index, false, 'the server is not a standby');
-      return false;
+      return;
     }
     const lsn = parseLsn(report.lsn);
-    const sameRun = replica.started === report.started;
-    if (!sameRun) {
+    if (replica.started !== report.started) {
       replica.started = report.started;
       replica.replayed = lsn;
       replica.timeline = undefined;
@@ -139,7 +142,21 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     }
     updateBehind(replica);
     setRotation(index, true, 'it answers as a standby');
-    return sameRun;
+  }
+
+  /**
+   * A read's own report from the replica its route named: the position its answer covers, or
+   * undefined when the answer must not be used: it came from another run of the server than
+   * the one the route relied on (it restarted, or a round-robin address led elsewhere), which
+   * may not have replayed that far, or from a server that is no longer a standby.
+   */
+  function accept(
+    route: Extract<Route<number>, { replica: number }>,
+    report: ServerReport,
+  ): WalPosition | undefined {
+    observeReplica(route.replica, report);
+    if (!report.standby || report.lsn === null || report.started !== route.run) return undefined;
+    return { timeline: route.timeline, lsn: parseLsn(report.lsn) };
   }
 
   function replicaFailed(index: number, reason: string) {
@@ -181,15 +198,9 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
       }
       if (replica.replayed < needed) continue;
       next = index + 1;
-      return { replica: index };
+      return { replica: index, run: replica.started, timeline };
     }
     return { primary: timelineMismatch && token !== undefined ? 'timeline' : 'behind' };
-  }
-
-  /** The replica's position as a Consistency-Token names it, from its report. */
-  function replicaPosition(index: number, report: ServerReport): WalPosition {
-    const replica = replicas[index] as ReplicaState;
-    return { timeline: replica.timeline ?? 0, lsn: parseLsn(report.lsn ?? '0/0') };
   }
 
   /** Seconds since the primary first stood beyond what the replica has replayed; 0 when none. */
@@ -203,8 +214,8 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     choose,
     observePrimary,
     observeReplica,
+    accept,
     replicaFailed,
-    replicaPosition,
     lagSeconds,
   };
 }

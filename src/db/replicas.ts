@@ -82,10 +82,14 @@ export interface ReplicaSet {
   /** Where a read that must see `token` goes, `prefer` first (see createReadRouting). */
   choose(token: WalPosition | undefined, prefer?: Replica): ReadRoute;
   /**
-   * The replica's report from a read's own statement: the position its answer covers, or
-   * undefined when the answer must not be used (the server restarted or is no longer a standby).
+   * The report from a read's own statement on the route's replica: the position its answer
+   * covers, or undefined when the answer must not be used (it came from another run of the
+   * server than the one the route relied on, or from a server that is no longer a standby).
    */
-  accept(replica: Replica, report: ServerReport): WalPosition | undefined;
+  accept(
+    route: Extract<ReadRoute, { replica: Replica }>,
+    report: ServerReport,
+  ): WalPosition | undefined;
   /** The read on the replica failed: it leaves the rotation until it answers again. */
   failed(replica: Replica, error: unknown): void;
   /** The primary's report from a statement: the position its answer covers. */
@@ -186,16 +190,12 @@ export function openReplicaSet(primary: pg.Pool, options: ReplicaSetOptions): Re
   });
 
   const toReplica = (route: Route<number>): ReadRoute =>
-    'replica' in route ? { replica: replicas[route.replica] as Replica } : route;
+    'replica' in route ? { ...route, replica: replicas[route.replica] as Replica } : route;
 
   return {
     replicas,
     choose: (token, prefer) => toReplica(routing.choose(token, prefer?.index)),
-    accept(replica, answer) {
-      return routing.observeReplica(replica.index, answer)
-        ? routing.replicaPosition(replica.index, answer)
-        : undefined;
-    },
+    accept: (route, answer) => routing.accept({ ...route, replica: route.replica.index }, answer),
     failed(replica, error) {
       // A query cancelled for a conflict with recovery says nothing against the replica.
       if (RECOVERY_CONFLICT_SQL_STATES.has(sqlStateOf(error) ?? '')) return;

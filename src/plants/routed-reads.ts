@@ -62,7 +62,7 @@ export function createRoutedReads(
       const { replica } = route;
       try {
         const answer = await read(reads.replicas[replica.index] as ReportingReads);
-        const position = replicaSet.accept(replica, answer.report);
+        const position = replicaSet.accept(route, answer.report);
         return position === undefined ? undefined : { answer, position, destination: 'replica' };
       } catch (error) {
         replicaSet.failed(replica, error);

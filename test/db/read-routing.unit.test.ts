@@ -16,6 +16,13 @@ function routing(count = 2) {
   return { routes, rotation, advance: (ms: number) => (now += ms) };
 }
 
+/** A route to replica `index`, as chosen on a server run `run` on timeline `timeline`. */
+const onReplica = (index: number, run = 'standby start', timeline = 1) => ({
+  replica: index,
+  run,
+  timeline,
+});
+
 const primary = (lsn: string, timeline = 1): ServerReport => ({
   standby: false,
   lsn,
@@ -45,7 +52,7 @@ describe('read routing', () => {
     routes.observePrimary(primary('0/300'));
     routes.observeReplica(0, standby('0/200'));
     routes.observeReplica(1, standby('0/300'));
-    expect(routes.choose({ timeline: 1, lsn: 0x300n })).toStrictEqual({ replica: 1 });
+    expect(routes.choose({ timeline: 1, lsn: 0x300n })).toStrictEqual(onReplica(1));
     expect(routes.choose({ timeline: 1, lsn: 0x301n })).toStrictEqual({ primary: 'behind' });
   });
 
@@ -54,7 +61,7 @@ describe('read routing', () => {
     routes.observePrimary(primary('0/300', 2));
     routes.observeReplica(0, standby('0/300', 'start', 2));
     expect(routes.choose({ timeline: 1, lsn: 0x100n })).toStrictEqual({ primary: 'timeline' });
-    expect(routes.choose({ timeline: 2, lsn: 0x100n })).toStrictEqual({ replica: 0 });
+    expect(routes.choose({ timeline: 2, lsn: 0x100n })).toStrictEqual(onReplica(0, 'start', 2));
   });
 
   it('passes over a replica still on an older timeline, even when its position is past the token', () => {
@@ -72,8 +79,8 @@ describe('read routing', () => {
     routes.observeReplica(1, standby('0/300', 'start', 1));
     // A failover: replica 1 follows the new primary on timeline 2, the old one is gone.
     routes.observeReplica(1, standby('0/380', 'start', 2));
-    expect(routes.choose(undefined)).toStrictEqual({ replica: 1 });
-    expect(routes.choose({ timeline: 2, lsn: 0x380n })).toStrictEqual({ replica: 1 });
+    expect(routes.choose(undefined)).toStrictEqual(onReplica(1, 'start', 2));
+    expect(routes.choose({ timeline: 2, lsn: 0x380n })).toStrictEqual(onReplica(1, 'start', 2));
     expect(routes.choose({ timeline: 1, lsn: 0x300n })).toStrictEqual({ primary: 'timeline' });
   });
 
@@ -84,13 +91,13 @@ describe('read routing', () => {
     advance(100);
     routes.observePrimary(primary('0/200'));
     // The primary wrote 0/200 100 ms ago: the replica, at 0/100, is within the lag.
-    expect(routes.choose(undefined)).toStrictEqual({ replica: 0 });
+    expect(routes.choose(undefined)).toStrictEqual(onReplica(0));
     advance(MAX_LAG_MS);
     routes.observePrimary(primary('0/200'));
     // Now 0/200 was written more than the lag ago, and the replica has not replayed it.
     expect(routes.choose(undefined)).toStrictEqual({ primary: 'behind' });
     routes.observeReplica(0, standby('0/200'));
-    expect(routes.choose(undefined)).toStrictEqual({ replica: 0 });
+    expect(routes.choose(undefined)).toStrictEqual(onReplica(0));
   });
 
   it('keeps to the last position the primary gave while it does not answer', () => {
@@ -100,18 +107,26 @@ describe('read routing', () => {
     advance(60_000);
     expect(routes.choose(undefined)).toStrictEqual({ primary: 'behind' });
     routes.observeReplica(0, standby('0/200'));
-    expect(routes.choose(undefined)).toStrictEqual({ replica: 0 });
+    expect(routes.choose(undefined)).toStrictEqual(onReplica(0));
   });
 
-  it('refuses the answer of a replica that restarted since it was chosen, and of one promoted', () => {
+  it('uses an answer only from the run of the server its route relied on, and only from a standby', () => {
     const { routes, rotation } = routing(1);
     routes.observePrimary(primary('0/200'));
-    expect(routes.observeReplica(0, standby('0/200', 'first run'))).toBe(false);
-    expect(routes.observeReplica(0, standby('0/200', 'first run'))).toBe(true);
-    // Restarted: the position seen before may be ahead of what it shows now.
-    expect(routes.observeReplica(0, standby('0/100', 'second run'))).toBe(false);
+    routes.observeReplica(0, standby('0/200', 'first run'));
+    const route = routes.choose({ timeline: 1, lsn: 0x200n });
+    expect(route).toStrictEqual(onReplica(0, 'first run'));
+    if (!('replica' in route)) throw new Error('not routed to the replica');
+    expect(routes.accept(route, standby('0/240', 'first run'))).toStrictEqual({
+      timeline: 1,
+      lsn: 0x240n,
+    });
+    // Restarted, or another server behind the same address: it may be behind what the route
+    // relied on, even once its state here is that of the new run.
+    routes.observeReplica(0, standby('0/100', 'second run'));
+    expect(routes.accept(route, standby('0/100', 'second run'))).toBeUndefined();
     expect(routes.choose({ timeline: 1, lsn: 0x200n })).toStrictEqual({ primary: 'behind' });
-    expect(routes.observeReplica(0, primary('0/300'))).toBe(false);
+    expect(routes.accept(route, primary('0/300'))).toBeUndefined();
     expect(routes.choose(undefined)).toStrictEqual({ primary: 'none' });
     expect(rotation).toStrictEqual(['0 first in', '0 out']);
   });
@@ -124,7 +139,7 @@ describe('read routing', () => {
     expect(routes.choose(undefined)).toStrictEqual({ primary: 'none' });
     expect(routes.lagSeconds(0)).toBeUndefined();
     routes.observeReplica(0, standby('0/200'));
-    expect(routes.choose(undefined)).toStrictEqual({ replica: 0 });
+    expect(routes.choose(undefined)).toStrictEqual(onReplica(0));
     expect(rotation).toStrictEqual(['0 first in', '0 out', '0 in']);
   });
 
@@ -136,7 +151,7 @@ describe('read routing', () => {
     expect(chosen.map((route) => ('replica' in route ? route.replica : -1))).toStrictEqual([
       0, 1, 2, 0, 1, 2,
     ]);
-    expect(routes.choose(undefined, 2)).toStrictEqual({ replica: 2 });
+    expect(routes.choose(undefined, 2)).toStrictEqual(onReplica(2));
   });
 
   it('reports how long a replica has missed a write of the primary', () => {
