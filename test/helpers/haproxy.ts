@@ -239,3 +239,79 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
     },
   };
 }
+
+/** HAProxy in TCP mode: one address on 127.0.0.1 that leads to each of several servers in turn. */
+export interface TcpRoundRobin {
+  port: number;
+  process: RunningProcess;
+  /** `url` with its host and port replaced by the balancer's. */
+  via(url: string): string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts HAProxy in TCP mode in front of 127.0.0.1:`targetPorts`, each new connection to the next
+ * of them (roundrobin), without health checks: one address over several database servers, as a
+ * Kubernetes `-ro` Service or an HAProxy port for the replicas is.
+ */
+export async function startTcpRoundRobin(targetPorts: number[]): Promise<TcpRoundRobin> {
+  const binary = requireHaproxy();
+  const dir = mkdtempSync(join(tmpdir(), 'plant-store-tcp-round-robin-'));
+  const port = await freePort();
+  const configFile = join(dir, 'haproxy.cfg');
+  writeFileSync(
+    configFile,
+    [
+      'defaults',
+      '  mode tcp',
+      '  timeout connect 2s',
+      // Longer than the service keeps an idle connection (30 s).
+      '  timeout client 5m',
+      '  timeout server 5m',
+      'frontend database',
+      `  bind 127.0.0.1:${port}`,
+      '  default_backend servers',
+      'backend servers',
+      '  balance roundrobin',
+      ...targetPorts.map((target, index) => `  server s${index} 127.0.0.1:${target}`),
+      '',
+    ].join('\n'),
+  );
+  const running = run(binary, ['-db', '-f', configFile], {});
+
+  // Listening is all there is to wait for: without checks, every server counts as up at once.
+  const canConnect = () =>
+    new Promise<boolean>((resolve) => {
+      const socket = createConnection({ host: '127.0.0.1', port });
+      socket.on('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.on('error', () => resolve(false));
+    });
+  const deadline = Date.now() + 30_000;
+  while (!(await canConnect())) {
+    if (running.child.exitCode !== null || Date.now() > deadline) {
+      running.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error(`HAProxy did not start:\n${running.stderr.join('\n')}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+
+  return {
+    port,
+    process: running,
+    via(url) {
+      const parsed = new URL(url);
+      parsed.hostname = '127.0.0.1';
+      parsed.port = String(port);
+      return parsed.toString();
+    },
+    async stop() {
+      running.child.kill('SIGTERM');
+      await running.exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
