@@ -60,6 +60,9 @@ const serverOnly = [
   'test/db/read-only.test.ts',
   'test/db/exhaustion.test.ts',
   'test/service/log-secrets.test.ts',
+  'test/plants/consistency-token.test.ts',
+  // The service answers Consistency-Token only with DATABASE_REPLICA_URLS, which needs a server.
+  'test/clients/typescript-client-consistency.test.ts',
 ];
 // Tests of the embedded engine itself.
 const embeddedOnly = ['test/db/embedded.test.ts'];

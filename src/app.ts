@@ -135,6 +135,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       },
     },
     answerWithinMs,
+    consistencyTokens: options.config.database.replicaUrls.length > 0,
   });
   // Without admin tokens the management API is off: its refusals say how to turn it on.
   const managementOff = adminTokens.length === 0 ? MANAGEMENT_OFF_MESSAGE : undefined;

@@ -87,6 +87,9 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
     writes: () => repository?.stats().writes ?? idle,
     reads: () => repository?.stats().reads ?? idle,
     deletes: () => repository?.stats().deletes ?? idle,
+    ...(config.database.replicaUrls.length > 0 && {
+      replicaLags: () => database?.replicas?.lags() ?? [],
+    }),
   });
   const latestMillis = latestMigrationMillis();
   const stopIdleCollection = collectWhenIdle();
@@ -149,11 +152,21 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
         ? `${creating ? 'creating' : 'opening'} ${description}${creating ? ' (a new database takes a few seconds)' : ''}: for trying things out, local runs and tests; set DATABASE_URL to use a PostgreSQL server`
         : `using ${description}`,
     );
+    const { replicaUrls, replicaMaxLagMs, ...server } = config.database;
     database = await openDatabase({
-      ...config.database,
+      ...server,
       onIdleError: (error) =>
         logger.warn(failureForLog(error), 'an idle database connection failed'),
+      ...(replicaUrls.length > 0 && {
+        replicas: { urls: replicaUrls, maxLagMs: replicaMaxLagMs, log: logger },
+      }),
     });
+    if (replicaUrls.length > 0) {
+      logger.info(
+        { replicas: database.replicas?.replicas.map((replica) => replica.name) },
+        `reading from ${replicaUrls.length} replica${replicaUrls.length === 1 ? '' : 's'} as well, each at most ${replicaMaxLagMs} ms behind for a read without a Consistency-Token`,
+      );
+    }
     return database;
   }
 
@@ -186,6 +199,12 @@ export async function createService(config: Config, deps: ServiceDeps = {}): Pro
           databaseUrl: config.database.url,
           recordEvents: true,
           onRecorded: () => dispatcher?.wake(),
+          ...(db.replicas && {
+            replicas: {
+              set: db.replicas,
+              onRead: (where, count) => metrics.observeReads(where, count),
+            },
+          }),
           writes: { ...config.writes, onBatch: (size) => metrics.observeBatch(size) },
           reads: { ...config.reads, onBatch: (size) => metrics.observeReadBatch(size) },
         });

@@ -42,5 +42,6 @@ export async function openDatabase(options: DatabaseOptions): Promise<AppDatabas
  * an idle connection's error is the command's own failure to report, not a process crash.
  */
 export function openCommandDatabase(config: DatabaseSettings): Promise<AppDatabase> {
-  return openDatabase({ ...config, poolMax: 1, onIdleError: () => {} });
+  const { replicaUrls: _, ...server } = config;
+  return openDatabase({ ...server, poolMax: 1, onIdleError: () => {} });
 }

@@ -4,10 +4,15 @@
  * included).
  */
 export function describeServer(url: string, pooler = false): string {
-  const { hostname, port, pathname, searchParams } = new URL(url);
-  const host = searchParams.get('host') || decodeURIComponent(hostname) || 'localhost';
-  const address = `${host}:${searchParams.get('port') || port || '5432'}${pathname || '/'}`;
+  const address = `${serverAddress(url)}${new URL(url).pathname || '/'}`;
   return `the PostgreSQL server at ${address}${pooler ? ' (through a pooler)' : ''}`;
+}
+
+/** host:port of a server's connection string, as node-postgres reads them. */
+export function serverAddress(url: string): string {
+  const { hostname, port, searchParams } = new URL(url);
+  const host = searchParams.get('host') || decodeURIComponent(hostname) || 'localhost';
+  return `${host}:${searchParams.get('port') || port || '5432'}`;
 }
 
 /** The embedded engine with its data in `dataDir` (an absolute path), or in memory. */

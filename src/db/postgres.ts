@@ -4,15 +4,13 @@ import type { AppDatabase } from './app-database.js';
 import { describeServer } from './describe.js';
 import { READ_ONLY_SQL_STATE, ServerReadOnlyError, sqlStateOf } from './errors.js';
 import { applyMigrations, type MigrationOptions, type MigrationSession } from './migrate.js';
+import { type ServerOptions, serverPoolConfig } from './pool-config.js';
+import { openReplicaSet, type ReplicaSetOptions } from './replicas.js';
 
-export interface PostgresOptions {
-  url: string;
-  /** `url` leads to a connection pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor). */
-  pooler: boolean;
-  poolMax: number;
-  connectTimeoutMs: number;
-  statementTimeoutMs: number;
+export interface PostgresOptions extends ServerOptions {
   onIdleError: (error: Error) => void;
+  /** Streaming replicas that serve reads (see openReplicaSet). */
+  replicas?: Pick<ReplicaSetOptions, 'urls' | 'maxLagMs' | 'log'> | undefined;
 }
 
 /** A migration's connection on a pg client: simple queries for files, extended for parameters. */
@@ -62,77 +60,6 @@ export async function migratePostgres(
   } finally {
     await main.end();
   }
-}
-
-type QueryCallback = (error: Error | null, result?: pg.QueryResult) => void;
-
-const startsTransaction = /^\s*(begin|start\s+transaction)\b/i;
-
-/**
- * A connection that keeps nothing between transactions, for a pooler in transaction mode that
- * hands each transaction to whichever server connection is free:
- * - statements are unnamed (a named prepared statement lives on one server connection only);
- * - the statement timeout is `SET LOCAL` inside each transaction, not a startup parameter
- *   (which poolers refuse): a statement outside a transaction is sent as
- *   `begin; set local ...`, the statement, `commit`, pipelined, so it still costs one round trip;
- *   an explicit `begin` gets the `set local` appended.
- */
-export function poolerSafeClient(statementTimeoutMs: number): typeof pg.Client {
-  const setTimeoutSql = `set local statement_timeout = ${Math.trunc(statementTimeoutMs)}`;
-  return class PoolerSafeClient extends pg.Client {
-    // biome-ignore lint/suspicious/noExplicitAny: the overloads of pg's Client.query
-    override query(config: any, values?: any, callback?: any): any {
-      if (typeof config?.submit === 'function') return super.query(config, values, callback);
-      if (typeof values === 'function') {
-        callback = values;
-        values = undefined;
-      }
-      const { name: _, ...unnamed }: pg.QueryConfig =
-        typeof config === 'string' ? { text: config } : config;
-      // 'T' or 'E' inside a transaction; null before the connection's first ready-for-query.
-      const status: string | null = this.getTransactionStatus();
-      let result: Promise<pg.QueryResult>;
-      if (status === 'T' || status === 'E') {
-        result = super.query(unnamed, values);
-      } else if (startsTransaction.test(unnamed.text) && !values && !unnamed.values) {
-        result = super.query({ ...unnamed, text: `${unnamed.text}; ${setTimeoutSql}` });
-      } else {
-        result = this.inOwnTransaction(unnamed, values);
-      }
-      if (!callback) return result;
-      result.then(
-        (value) => (callback as QueryCallback)(null, value),
-        (error) => (callback as QueryCallback)(error),
-      );
-      return undefined;
-    }
-
-    private async inOwnTransaction(
-      config: pg.QueryConfig,
-      values: unknown[] | undefined,
-    ): Promise<pg.QueryResult> {
-      // Pipelined, the three are written at once; corked, in one packet.
-      const { stream } = this.connection;
-      stream.cork();
-      const sent = (() => {
-        try {
-          return [
-            super.query(`begin; ${setTimeoutSql}`),
-            super.query(config, values),
-            // A failed statement leaves the transaction aborted; `commit` then rolls it back.
-            super.query('commit'),
-          ] as const;
-        } finally {
-          stream.uncork();
-        }
-      })();
-      const [begin, statement, commit] = await Promise.allSettled(sent);
-      if (begin.status === 'rejected') throw begin.reason;
-      if (statement.status === 'rejected') throw statement.reason;
-      if (commit.status === 'rejected') throw commit.reason;
-      return statement.value;
-    }
-  };
 }
 
 type ConnectCallback = (
@@ -205,22 +132,13 @@ export class WritablePool extends pg.Pool {
 }
 
 export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg.Pool } {
-  const pool = new WritablePool({
-    connectionString: options.url,
-    max: options.poolMax,
-    connectionTimeoutMillis: options.connectTimeoutMs,
-    ...(options.pooler
-      ? { Client: poolerSafeClient(options.statementTimeoutMs), pipeline: true }
-      : // The server cancels a slow statement; a startup parameter costs nothing per statement.
-        { statement_timeout: options.statementTimeoutMs }),
-    // The client-side timer covers a server (or a pooler) that went silent.
-    query_timeout: options.statementTimeoutMs + 1000,
-    idleTimeoutMillis: 30_000,
-    keepAlive: true,
-    application_name: 'plant-store',
-  });
+  const pool = new WritablePool(serverPoolConfig(options));
   // An idle connection that breaks (database restart) must not crash the process.
   pool.on('error', options.onIdleError);
+  const replicas =
+    options.replicas && options.replicas.urls.length > 0
+      ? openReplicaSet(pool, { ...options, ...options.replicas })
+      : undefined;
   let closing: Promise<void> | undefined;
   return {
     db: drizzle({ client: pool }),
@@ -229,8 +147,9 @@ export function openPostgres(options: PostgresOptions): AppDatabase & { pool: pg
     description: describeServer(options.url, options.pooler),
     migrate: (migration) => migratePostgres(options.url, options.connectTimeoutMs, migration),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
+    ...(replicas && { replicas }),
     close: () => {
-      closing ??= pool.end();
+      closing ??= Promise.all([replicas?.close(), pool.end()]).then(() => {});
       return closing;
     },
   };

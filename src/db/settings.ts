@@ -14,7 +14,31 @@ export const DatabaseEnvironment = Type.Object({
   DB_POOL_MAX: integer(1, 1000, 10),
   DB_CONNECT_TIMEOUT_MS: integer(100, 600_000, 5000),
   DB_STATEMENT_TIMEOUT_MS: integer(100, 600_000, 5000),
+  DATABASE_REPLICA_URLS: Type.Optional(Type.String()),
+  DB_REPLICA_MAX_LAG_MS: integer(0, 3_600_000, 1000),
 });
+
+/** The comma-separated URLs of DATABASE_REPLICA_URLS, each a postgres:// URL. */
+function readReplicaUrls(list: string | undefined, primary: string | undefined): string[] {
+  const urls = (list ?? '')
+    .split(',')
+    .map((url) => url.trim())
+    .filter((url) => url !== '');
+  if (urls.length === 0) return [];
+  if (primary === undefined) {
+    throw new ConfigError(
+      'DATABASE_REPLICA_URLS needs DATABASE_URL: the replicas follow a PostgreSQL server, and the embedded engine has none',
+    );
+  }
+  for (const [index, url] of urls.entries()) {
+    if (!/^postgres(ql)?:\/\//.test(url) || !URL.canParse(url)) {
+      throw new ConfigError(
+        `DATABASE_REPLICA_URLS must be comma-separated postgres:// or postgresql:// URLs; entry ${index + 1} is not one`,
+      );
+    }
+  }
+  return urls;
+}
 
 /** A PostgreSQL server at `url`; without one, the embedded engine in `dataDir`. */
 export function readDatabaseSettings(environment: Static<typeof DatabaseEnvironment>) {
@@ -27,8 +51,12 @@ export function readDatabaseSettings(environment: Static<typeof DatabaseEnvironm
   }
   return {
     url,
-    /** `url` leads to a connection pooler in transaction mode. */
+    /** `url` leads to a connection pooler in transaction mode; so do the replicas' URLs. */
     pooler: environment.DB_POOLER,
+    /** Streaming replicas (or every node of an HA cluster) that serve the reads. */
+    replicaUrls: readReplicaUrls(environment.DATABASE_REPLICA_URLS, url),
+    /** How far behind a replica may be for a read that sends no Consistency-Token. */
+    replicaMaxLagMs: environment.DB_REPLICA_MAX_LAG_MS,
     dataDir: environment.DATA_DIR,
     poolMax: environment.DB_POOL_MAX,
     connectTimeoutMs: environment.DB_CONNECT_TIMEOUT_MS,

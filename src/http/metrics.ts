@@ -12,6 +12,8 @@ export interface MetricsSources {
   reads?: () => { queued: number; inFlight: number };
   /** The deletes' batch queue. */
   deletes?: () => { queued: number; inFlight: number };
+  /** Each read replica's lag in seconds; undefined while it is out of the rotation. */
+  replicaLags?: () => Array<{ server: string; seconds: number | undefined }>;
 }
 
 export interface Metrics {
@@ -22,6 +24,8 @@ export interface Metrics {
   observeBatch(size: number): void;
   /** Counts one SELECT of reads by id and the reads it carried. */
   observeReadBatch(size: number): void;
+  /** Counts `count` reads answered by a replica, or by the primary and why. */
+  observeReads(destination: 'replica' | string, count: number): void;
 }
 
 /** A request's labels, as prom-client takes them. */
@@ -122,6 +126,27 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       sources.reads,
     );
   }
+  const reads = new Counter({
+    name: 'plant_store_db_reads_total',
+    help: 'Plant reads by the server that answered (replica, primary) and why the primary (behind: no replica has what the read needs; timeline: a token from before a failover; fault: the replica failed; none: no replica in rotation)',
+    labelNames: ['server', 'reason'],
+    registers: [registry],
+  });
+  if (sources.replicaLags) {
+    const lags = sources.replicaLags;
+    new Gauge({
+      name: 'plant_store_db_replica_lag_seconds',
+      help: 'How long each read replica has been missing a write the primary had (0: caught up); absent while out of the rotation',
+      labelNames: ['server'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const { server, seconds } of lags()) {
+          if (seconds !== undefined) this.set({ server }, seconds);
+        }
+      },
+    });
+  }
   if (sources.deletes) {
     queueGauge(
       'plant_store_delete_queue',
@@ -155,6 +180,10 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
     },
     observeReadBatch(size) {
       readBatches.observe(size);
+    },
+    observeReads(destination, count) {
+      if (destination === 'replica') reads.inc({ server: 'replica', reason: '' }, count);
+      else reads.inc({ server: 'primary', reason: destination }, count);
     },
   };
 }

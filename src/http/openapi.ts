@@ -24,13 +24,20 @@ declare module 'fastify' {
     'x-examples'?: OperationExamples;
     /** The request body may be left out (@fastify/swagger marks every body required). */
     'x-body-optional'?: boolean;
+    /**
+     * Request headers the operation reads, for the document only: a `headers` schema would
+     * also have Fastify validate them on every request, even where the header means nothing.
+     */
+    'x-request-headers'?: Record<string, { description: string; schema: object }>;
   }
 }
 
 type MediaTypes = Record<string, { examples?: Record<string, Example> }>;
 interface Operation {
   requestBody?: { required?: boolean; content?: MediaTypes };
+  parameters?: object[];
   'x-body-optional'?: boolean;
+  'x-request-headers'?: Record<string, { description: string; schema: object }>;
   responses?: Record<string, { headers?: object; content?: MediaTypes }>;
   'x-examples'?: OperationExamples;
 }
@@ -54,8 +61,8 @@ function documentRequestIdHeader<T extends OpenApiDocument>(document: T): T {
 }
 
 /**
- * Puts each example into the JSON media types of the body it illustrates, and marks the request
- * bodies that may be left out.
+ * Puts each example into the JSON media types of the body it illustrates, marks the request
+ * bodies that may be left out, and lists the request headers an operation reads.
  */
 function placeExamples<T extends OpenApiDocument>(document: T): T {
   for (const [path, operations] of Object.entries(document.paths ?? {})) {
@@ -64,6 +71,10 @@ function placeExamples<T extends OpenApiDocument>(document: T): T {
         operation.requestBody.required = false;
       }
       delete operation['x-body-optional'];
+      for (const [name, header] of Object.entries(operation['x-request-headers'] ?? {})) {
+        operation.parameters = [...(operation.parameters ?? []), { in: 'header', name, ...header }];
+      }
+      delete operation['x-request-headers'];
       const examples = operation['x-examples'];
       if (!examples) continue;
       delete operation['x-examples'];

@@ -1,6 +1,12 @@
 import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
+import {
+  reportOf,
+  SERVER_REPORT_COLUMNS,
+  SERVER_REPORT_FROM,
+  type ServerReport,
+} from '../db/replicas.js';
 import { rfc3339 } from '../db/rfc3339.js';
 import type { NewPlant, StoredPlant } from './schemas.js';
 import { plantJson, storedPlantJson } from './serialize.js';
@@ -55,6 +61,15 @@ export interface PlantQueries {
   ): Promise<{ deleted: Set<bigint>; recorded: number }>;
 }
 
+/**
+ * The reads, each also reporting the server it ran on, from within its statement (see
+ * SERVER_REPORT_COLUMNS): the position the answer covers, for a Consistency-Token.
+ */
+export interface ReportingReads {
+  findByIds(ids: bigint[]): Promise<{ found: Map<bigint, StoredPlant>; report: ServerReport }>;
+  listPage(range: PageRange): Promise<{ page: PlantPage; report: ServerReport }>;
+}
+
 export interface QueryOptions {
   /**
    * Read name and tag as their UTF-8 bytes. The embedded engine's driver decodes text with a
@@ -106,6 +121,33 @@ function pageOf(rows: PageRow[]): PlantPage {
   return { json: `${json}]`, count: rows.length, lastId: BigInt((rows.at(-1) as PageRow)[0]) };
 }
 
+/**
+ * The reads' SQL. They return many rows: each is read as the driver gives it and made a plant
+ * here, in one pass, rather than mapped field by field through Drizzle's column decoders (a
+ * seventh of the service's CPU for a page of 100, most of it type checks repeated for every
+ * row). A page goes further: its rows come as arrays and become the page's JSON (pageOf).
+ */
+function readStatements(textAsBytes: boolean) {
+  const text = (column: typeof plants.name | typeof plants.tag) =>
+    textAsBytes ? sql`convert_to(${column}, 'UTF8')` : sql`${column}`;
+  const readColumns = sql`${plants.id}::text as id, ${text(plants.name)} as name,
+    ${text(plants.tag)} as tag`;
+  return {
+    byIds: sql`select ${readColumns} from ${plants}
+                where ${plants.id} = any(${sql.placeholder('ids')}::int8[])`,
+    page: sql`select ${readColumns} from ${plants}
+               where ${plants.id} >= ${sql.placeholder('fromId')}
+               order by ${plants.id} limit ${sql.placeholder('limit')}`,
+    // Written as a range of (tag, id) in that index's order, which only plants_tag_id_idx can
+    // serve without a sort. As `tag = $1 order by id`, the planner may walk the primary key and
+    // filter by tag, reading past every plant of the other tags, all of them for a rare tag.
+    taggedPage: sql`select ${readColumns} from ${plants}
+         where (${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
+           and ${plants.tag} <= ${sql.placeholder('tag')}::text
+         order by ${plants.tag}, ${plants.id} limit ${sql.placeholder('limit')}`,
+  };
+}
+
 /** Every statement is built and prepared once: a query only sends its parameters. */
 export function createPlantQueries(
   db: Database,
@@ -149,38 +191,10 @@ export function createPlantQueries(
     .onConflictDoUpdate({ target: plants.id, set: { name: sql`${plants.name}` } })
     .returning({ ...storedColumns, inserted: sql<boolean>`xmax = 0` })
     .prepare('plants_insert_or_lock');
-  // The reads return many rows: each is read as the driver gives it and made a plant here, in
-  // one pass, rather than mapped field by field through Drizzle's column decoders (a seventh
-  // of the service's CPU for a page of 100, most of it type checks repeated for every row).
-  // A page goes further: its rows come as arrays and become the page's JSON (pageOf).
-  const readColumns = sql`${plants.id}::text as id, ${storedColumns.name} as name,
-    ${storedColumns.tag} as tag`;
-  const findByIds = prepareStatement<ReadRow>(
-    db,
-    'plants_select_batch',
-    sql`select ${readColumns} from ${plants}
-         where ${plants.id} = any(${sql.placeholder('ids')}::int8[])`,
-  );
-  const listPage = prepareArrayStatement(
-    db,
-    'plants_page',
-    sql`select ${readColumns} from ${plants}
-         where ${plants.id} >= ${sql.placeholder('fromId')}
-         order by ${plants.id} limit ${sql.placeholder('limit')}`,
-    pageOf,
-  );
-  // Written as a range of (tag, id) in that index's order, which only plants_tag_id_idx can
-  // serve without a sort. As `tag = $1 order by id`, the planner may walk the primary key and
-  // filter by tag, reading past every plant of the other tags, all of them for a rare tag.
-  const listTaggedPage = prepareArrayStatement(
-    db,
-    'plants_tagged_page',
-    sql`select ${readColumns} from ${plants}
-         where (${plants.tag}, ${plants.id}) >= (${sql.placeholder('tag')}::text, ${sql.placeholder('fromId')}::int8)
-           and ${plants.tag} <= ${sql.placeholder('tag')}::text
-         order by ${plants.tag}, ${plants.id} limit ${sql.placeholder('limit')}`,
-    pageOf,
-  );
+  const reads = readStatements(textAsBytes);
+  const findByIds = prepareStatement<ReadRow>(db, 'plants_select_batch', reads.byIds);
+  const listPage = prepareArrayStatement(db, 'plants_page', reads.page, pageOf);
+  const listTaggedPage = prepareArrayStatement(db, 'plants_tagged_page', reads.taggedPage, pageOf);
   const deleteByIds = prepareStatement<{ id: string }>(
     db,
     'plants_delete_batch',
@@ -358,5 +372,60 @@ function eventStatements(db: Database, textAsBytes: boolean) {
       payloads: textArrayLiteral(rows.map(storedPlantJson)),
       traceContext: traceContext ?? null,
     }),
+  };
+}
+
+/** A reporting read's row: the server's report, then the plant's columns (null when none). */
+type ReportedRow = [
+  standby: boolean,
+  lsn: string | null,
+  started: string,
+  walFile: string | null,
+  ...plant: [id: string | null, name: string | Uint8Array | null, tag: string | Uint8Array | null],
+];
+
+const reportOfRow = ([standby, lsn, started, walFile]: ReportedRow): ServerReport =>
+  reportOf({ standby, lsn, started, wal_file: walFile });
+
+/** The plants of reported rows: the report's one row alone when none matched. */
+const plantRowsOf = (rows: ReportedRow[]): PageRow[] =>
+  rows[0]?.[4] == null ? [] : rows.map((row) => row.slice(4) as PageRow);
+
+/**
+ * The reads of createPlantQueries, each with the server's report: the report is one row, and
+ * the plants are joined to it, so that an empty answer still reports.
+ */
+export function createReportingReads(db: Database, textAsBytes: boolean): ReportingReads {
+  const reads = readStatements(textAsBytes);
+  const reported = (name: string, plantsQuery: SQL, order: SQL) =>
+    prepareArrayStatement(
+      db,
+      name,
+      sql`select ${sql.raw(SERVER_REPORT_COLUMNS)}, found.id, found.name, found.tag
+            from ${sql.raw(SERVER_REPORT_FROM)}
+            left join lateral (${plantsQuery}) as found on true ${order}`,
+      (rows: ReportedRow[]) => ({ report: reportOfRow(rows[0] as ReportedRow), rows }),
+    );
+  const findByIds = reported('plants_select_batch_reported', reads.byIds, sql``);
+  // In the page's order, which the join need not keep on its own.
+  const byId = sql`order by found.id::int8`;
+  const listPage = reported('plants_page_reported', reads.page, byId);
+  const listTaggedPage = reported('plants_tagged_page_reported', reads.taggedPage, byId);
+  return {
+    async findByIds(ids) {
+      const { report, rows } = await findByIds.execute({ ids });
+      const found = new Map<bigint, StoredPlant>();
+      for (const [id, name, tag] of plantRowsOf(rows)) {
+        const plant = readPlant({ id, name, tag });
+        found.set(plant.id, plant);
+      }
+      return { found, report };
+    },
+    async listPage({ fromId, tag, limit }) {
+      const { report, rows } = await (tag === undefined
+        ? listPage.execute({ fromId, limit })
+        : listTaggedPage.execute({ fromId, tag, limit }));
+      return { page: pageOf(plantRowsOf(rows)), report };
+    },
   };
 }

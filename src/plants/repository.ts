@@ -6,16 +6,27 @@ import {
   isRowRejection,
   RowRejectedError,
 } from '../db/errors.js';
+import type { ReplicaSet } from '../db/replicas.js';
 import { activeTraceparent, databaseSpanAttributes, statementSpan } from '../db/spans.js';
+import type { WalPosition } from '../db/wal-position.js';
 import { INT64_MAX, INT64_MIN } from '../kinds.js';
 import {
   createPlantQueries,
+  createReportingReads,
   emptyPage,
   type PlantPage,
   type PlantQueries,
   type QueryOptions,
 } from './queries.js';
+import {
+  type Consistency,
+  createRoutedReads,
+  type ReadDestination,
+  type RoutedRead,
+} from './routed-reads.js';
 import type { NewPlant, Plant, StoredPlant } from './schemas.js';
+
+export type { Consistency } from './routed-reads.js';
 
 export type CreatePlantResult =
   /** The plant was stored by this call. */
@@ -38,14 +49,18 @@ export type QueueStats = { queued: number; inFlight: number };
 
 export type { PlantPage } from './queries.js';
 
+/**
+ * With replicas, each method takes what its request has seen (`consistency`): a read goes where
+ * that is covered, and every answer leaves there the position it covers. Without, it is ignored.
+ */
 export interface PlantRepository {
   /** Stores the plant unless its id exists; resolves once the outcome is committed. */
-  createPlant(plant: NewPlant): Promise<CreatePlantResult>;
+  createPlant(plant: NewPlant, consistency?: Consistency): Promise<CreatePlantResult>;
   /** The stored plant, or undefined when there is none. */
-  getPlant(id: bigint): Promise<StoredPlant | undefined>;
-  listPlants(page: PageRequest): Promise<PlantPage>;
+  getPlant(id: bigint, consistency?: Consistency): Promise<StoredPlant | undefined>;
+  listPlants(page: PageRequest, consistency?: Consistency): Promise<PlantPage>;
   /** Deletes the plant; false when there was none. */
-  deletePlant(id: bigint): Promise<boolean>;
+  deletePlant(id: bigint, consistency?: Consistency): Promise<boolean>;
   /** Resolves when every create and read accepted so far has its answer. */
   drain(): Promise<void>;
   /** Requests waiting for a batch, and batches in flight, of creates and of reads by id. */
@@ -61,6 +76,8 @@ export interface RepositoryOptions extends QueryOptions {
   onRecorded?: () => void;
   /** The PostgreSQL server the statements go to, as their spans name it; absent when embedded. */
   databaseUrl?: string | undefined;
+  /** The replicas that serve the reads, and the count of reads by where they went. */
+  replicas?: { set: ReplicaSet; onRead: (destination: ReadDestination, count: number) => void };
 }
 
 /**
@@ -71,17 +88,75 @@ export interface RepositoryOptions extends QueryOptions {
 export function createPlantRepository(db: Database, options: RepositoryOptions): PlantRepository {
   const queries = tracedQueries(createPlantQueries(db, options), options);
   const onRecorded = options.onRecorded ?? (() => {});
-  const writes = createBatchQueue(createPlantsInBatch(queries, onRecorded), options.writes);
-  const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
-  const deletes = createBatchQueue(deletePlantsInBatch(queries, onRecorded), options.writes);
-  return {
-    createPlant: (plant) => writes.add(plant),
-    getPlant: (id) => reads.add(id),
-    async listPlants({ limit, after, tag }) {
-      if (after === INT64_MAX) return emptyPage;
-      return queries.listPage({ fromId: after === undefined ? INT64_MIN : after + 1n, tag, limit });
+  const replicaSet = options.replicas?.set;
+  // With replicas, a write's answer covers where the primary stood after its batch committed.
+  const written = replicaSet && (() => replicaSet.writtenPosition());
+  const writes = createBatchQueue(
+    createPlantsInBatch(queries, onRecorded, written),
+    options.writes,
+  );
+  const deletes = createBatchQueue(
+    deletePlantsInBatch(queries, onRecorded, written),
+    options.writes,
+  );
+  const pageRange = ({ limit, after, tag }: PageRequest) => ({
+    fromId: after === undefined ? INT64_MIN : after + 1n,
+    tag,
+    limit,
+  });
+  const afterBatch = <T extends { position?: WalPosition }>(
+    answer: Promise<T>,
+    consistency: Consistency | undefined,
+  ) =>
+    consistency === undefined
+      ? answer
+      : answer.then((result) => {
+          consistency.position = result.position;
+          return result;
+        });
+  const common = {
+    createPlant: (plant: NewPlant, consistency?: Consistency) =>
+      afterBatch(writes.add(plant), consistency),
+    async deletePlant(id: bigint, consistency?: Consistency) {
+      return (await afterBatch(deletes.add(id), consistency)).deleted;
     },
-    deletePlant: (id) => deletes.add(id),
+  };
+  if (replicaSet === undefined || options.replicas === undefined) {
+    const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
+    return {
+      ...common,
+      getPlant: (id) => reads.add(id),
+      async listPlants(page) {
+        if (page.after === INT64_MAX) return emptyPage;
+        return queries.listPage(pageRange(page));
+      },
+      async drain() {
+        await Promise.all([writes.drain(), reads.drain(), deletes.drain()]);
+      },
+      stats: () => ({ writes: writes.stats(), reads: reads.stats(), deletes: deletes.stats() }),
+    };
+  }
+  const textAsBytes = options.textAsBytes;
+  const routed = createRoutedReads(
+    replicaSet,
+    {
+      primary: createReportingReads(db, textAsBytes),
+      replicas: replicaSet.replicas.map((replica) => createReportingReads(replica.db, false)),
+    },
+    options.replicas.onRead,
+  );
+  // No failsQueued: the reads still queued may go to a replica that answers.
+  const reads = createBatchQueue<RoutedRead, StoredPlant | undefined>(routed.byIds, options.reads);
+  return {
+    ...common,
+    getPlant: (id, consistency = { position: undefined }) => reads.add({ id, consistency }),
+    async listPlants(page, consistency = { position: undefined }) {
+      try {
+        return await routed.listPage(pageRange(page), consistency);
+      } catch (error) {
+        throw classifyDatabaseError(error);
+      }
+    },
     async drain() {
       await Promise.all([writes.drain(), reads.drain(), deletes.drain()]);
     },
@@ -144,7 +219,8 @@ function readPlantsInBatch(queries: PlantQueries): BatchHandler<bigint, StoredPl
 function deletePlantsInBatch(
   queries: PlantQueries,
   onRecorded: () => void,
-): BatchHandler<bigint, boolean> {
+  written: (() => Promise<WalPosition>) | undefined,
+): BatchHandler<bigint, { deleted: boolean; position?: WalPosition }> {
   return {
     async run(batch) {
       // In id order, as creates lock theirs: batches that share ids cannot deadlock.
@@ -152,14 +228,16 @@ function deletePlantsInBatch(
         a < b ? -1 : a > b ? 1 : 0,
       );
       let deleted: Set<bigint>;
+      let position: WalPosition | undefined;
       try {
         const result = await queries.deleteByIds(ids);
         if (result.recorded > 0) onRecorded();
         deleted = result.deleted;
+        position = await written?.();
       } catch (error) {
         throw classifyDatabaseError(error);
       }
-      for (const { item, resolve } of batch) resolve(deleted.delete(item));
+      for (const { item, resolve } of batch) resolve({ deleted: deleted.delete(item), position });
     },
     failsQueued: isDatabaseUnavailable,
   };
@@ -173,6 +251,10 @@ function samePlant(stored: Plant, wanted: NewPlant): boolean {
   return stored.name === wanted.name && stored.tag === wanted.tag;
 }
 
+/** A create's answer, with the position it covers when replicas serve reads. */
+const withPosition = (result: CreatePlantResult, position: WalPosition | undefined) =>
+  position === undefined ? result : { ...result, position };
+
 const byId = (a: NewPlant, b: NewPlant) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 
 /** What the database holds for an id after a batch, or why it refused the row. */
@@ -181,7 +263,8 @@ type StoreOutcome = { created: boolean; stored: Plant } | { rejected: RowRejecte
 function createPlantsInBatch(
   queries: PlantQueries,
   onCreated: () => void,
-): BatchHandler<NewPlant, CreatePlantResult> {
+  written: (() => Promise<WalPosition>) | undefined,
+): BatchHandler<NewPlant, CreatePlantResult & { position?: WalPosition }> {
   /**
    * Stores rows with distinct ids, in id order; a row the database refuses leaves the others
    * unharmed. `lockExisting` reads the stored rows under a lock (see insertOrLock).
@@ -242,9 +325,12 @@ function createPlantsInBatch(
       const offered = new Map<bigint, NewPlant>();
       for (const { item } of batch) if (!offered.has(item.id)) offered.set(item.id, item);
       let outcomes: Map<bigint, StoreOutcome>;
+      let position: WalPosition | undefined;
       try {
         // One lock order for every batch: two batches that share ids cannot deadlock.
         outcomes = await store([...offered.values()].sort(byId));
+        // Read after the batch committed: it covers every row the answers below report.
+        position = await written?.();
       } catch (error) {
         throw classifyDatabaseError(error);
       }
@@ -255,10 +341,11 @@ function createPlantsInBatch(
         } else if ('rejected' in outcome) {
           reject(outcome.rejected);
         } else if (outcome.created && offered.get(item.id) === item) {
-          resolve({ outcome: 'created', plant: outcome.stored });
+          resolve(withPosition({ outcome: 'created', plant: outcome.stored }, position));
         } else {
           const matches = samePlant(outcome.stored, item);
-          resolve({ outcome: matches ? 'replayed' : 'conflict', plant: outcome.stored });
+          const result = { outcome: matches ? 'replayed' : 'conflict', plant: outcome.stored };
+          resolve(withPosition(result as CreatePlantResult, position));
         }
       }
     },

@@ -9,10 +9,17 @@ import { collectServedMethods } from '../http/methods.js';
 import { queryStringOf } from '../http/query.js';
 import { refTo } from '../http/validation.js';
 import { INT64_MAX } from '../kinds.js';
+import {
+  answerToken,
+  readConsistencyToken,
+  tokenHeaders,
+  tokenRequestHeader,
+  tokenResponseHeader,
+} from './consistency-token.js';
 import { plantErrorExamples as errors, notPlantJson, plantExamples } from './examples.js';
 import { noPlantMessage, plantConflictMessage } from './messages.js';
 import { parseInt64, parsePageQuery } from './parameters.js';
-import type { PlantRepository } from './repository.js';
+import type { Consistency, PlantRepository } from './repository.js';
 import {
   NewPlantSchema,
   PAGE_LIMIT_DEFAULT,
@@ -32,6 +39,8 @@ export interface PlantRoutesOptions {
   answerWithinMs: number;
   verifyToken: (token: string) => boolean;
   limits: AuthLimits;
+  /** Reads go to replicas: answers carry a Consistency-Token, and reads may send one back. */
+  consistencyTokens: boolean;
 }
 
 /** Path ids become bigints here: Fastify hands them over as text, and never rejects one. */
@@ -63,8 +72,13 @@ function nextPageLink(limit: number, lastId: bigint, tag: string | undefined): s
 
 export async function plantRoutes(
   app: FastifyInstance,
-  { plants, verifyToken, limits, answerWithinMs }: PlantRoutesOptions,
+  { plants, verifyToken, limits, answerWithinMs, consistencyTokens }: PlantRoutesOptions,
 ): Promise<void> {
+  // Without replicas nothing is read or answered: a request costs what it always has.
+  const written = (): Consistency | undefined =>
+    consistencyTokens ? { position: undefined } : undefined;
+  const seen = (request: FastifyRequest): Consistency | undefined =>
+    consistencyTokens ? readConsistencyToken(request) : undefined;
   await requireBearerToken(app, verifyToken, limits);
   answerInCommon(app, { perTokenLimit: true, busy: true });
   // After authentication: a method a path does not serve is 405 only to a known client.
@@ -87,9 +101,16 @@ export async function plantRoutes(
         tags: ['plants'],
         body: refTo(NewPlantSchema),
         response: {
-          200: { ...refTo(PlantSchema), description: 'The plant, as stored' },
+          200: {
+            ...refTo(PlantSchema),
+            description: 'The plant, as stored',
+            headers: tokenResponseHeader,
+          },
           400: errorResponse('The body is not a valid NewPlant or not valid JSON'),
-          409: errorResponse('A plant with this id exists with a different name or tag'),
+          409: errorResponse(
+            'A plant with this id exists with a different name or tag',
+            tokenResponseHeader,
+          ),
           415: notPlantJson.response,
         },
         'x-examples': {
@@ -103,12 +124,14 @@ export async function plantRoutes(
         },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const plant = request.body;
-      const result = await answered(plants().createPlant(plant));
+      const consistency = written();
+      const result = await answered(plants().createPlant(plant, consistency));
       if (result.outcome === 'conflict') {
-        throw new HttpError(409, plantConflictMessage(plant.id));
+        throw new HttpError(409, plantConflictMessage(plant.id), tokenHeaders(consistency));
       }
+      answerToken(reply, consistency);
       return result.plant;
     },
   );
@@ -130,21 +153,27 @@ export async function plantRoutes(
           200: Type.Array(refTo(StoredPlantSchema), {
             description: 'Plants in ascending id order',
             headers: {
+              ...tokenResponseHeader,
               link: Type.String({
                 description:
                   'When the page is full and does not end at the largest id: the next page, `</plants?limit=..&after=..[&tag=..]>; rel="next"` (RFC 8288)',
               }),
             },
           }),
-          400: errorResponse('A query parameter is malformed, out of range or given twice'),
+          400: errorResponse(
+            'A query parameter is malformed, out of range or given twice, or the Consistency-Token is malformed',
+          ),
         },
+        'x-request-headers': tokenRequestHeader,
         'x-examples': { responses: { 200: plantExamples.page, 400: errors.invalidPage } },
       },
       preValidation: readPageQuery,
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const page = await answered(plants().listPlants({ limit, after, tag }));
+      const consistency = seen(request);
+      const page = await answered(plants().listPlants({ limit, after, tag }, consistency));
+      answerToken(reply, consistency);
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
       if (page.lastId !== undefined && page.count === limit && page.lastId < INT64_MAX) {
         reply.header('link', nextPageLink(limit, page.lastId, tag));
@@ -163,10 +192,17 @@ export async function plantRoutes(
         tags: ['plants'],
         params: PlantIdParamsSchema,
         response: {
-          200: { ...refTo(StoredPlantSchema), description: 'The plant, as stored' },
-          400: errorResponse('The id is not an int64 in canonical decimal'),
-          404: errorResponse('No plant has this id'),
+          200: {
+            ...refTo(StoredPlantSchema),
+            description: 'The plant, as stored',
+            headers: tokenResponseHeader,
+          },
+          400: errorResponse(
+            'The id is not an int64 in canonical decimal, or the Consistency-Token is malformed',
+          ),
+          404: errorResponse('No plant has this id', tokenResponseHeader),
         },
+        'x-request-headers': tokenRequestHeader,
         'x-examples': {
           responses: {
             200: plantExamples.storedPlant,
@@ -179,8 +215,10 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { id } = request.params;
-      const plant = await answered(plants().getPlant(id));
-      if (!plant) throw new HttpError(404, noPlantMessage(id));
+      const consistency = seen(request);
+      const plant = await answered(plants().getPlant(id, consistency));
+      if (!plant) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
+      answerToken(reply, consistency);
       return reply.type(JSON_TYPE).send(storedPlantJson(plant));
     },
   );
@@ -201,9 +239,9 @@ export async function plantRoutes(
           tags: ['plants'],
           params: PlantIdParamsSchema,
           response: {
-            204: Type.Null({ description: 'Plant deleted' }),
+            204: Type.Null({ description: 'Plant deleted', headers: tokenResponseHeader }),
             400: errorResponse('The id is not an int64 in canonical decimal'),
-            404: errorResponse('No plant has this id'),
+            404: errorResponse('No plant has this id', tokenResponseHeader),
           },
           'x-examples': { responses: { 400: errors.invalidId, 404: errors.notFound } },
         },
@@ -211,9 +249,10 @@ export async function plantRoutes(
       },
       async (request, reply) => {
         const { id } = request.params;
-        if (!(await answered(plants().deletePlant(id)))) {
-          throw new HttpError(404, noPlantMessage(id));
-        }
+        const consistency = written();
+        const deleted = await answered(plants().deletePlant(id, consistency));
+        if (!deleted) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
+        answerToken(reply, consistency);
         return reply.code(204).send(null);
       },
     );

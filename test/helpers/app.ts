@@ -36,8 +36,11 @@ export interface TestApp {
 }
 
 export interface TestAppOptions {
-  /** Settings that differ from the production defaults, as the environment gives them. */
-  env?: Record<string, string>;
+  /**
+   * Settings that differ from the production defaults, as the environment gives them; a
+   * function is given the URL of the app's database (absent on the embedded engine).
+   */
+  env?: Record<string, string> | ((databaseUrl: string | undefined) => Record<string, string>);
   /** Apply the migrations to the scratch database first (the default). */
   migrated?: boolean;
   /** Another replica of `replicaOf`: on its database, which closing this one leaves in place. */
@@ -93,7 +96,7 @@ export async function startTestApp(options: TestAppOptions = {}): Promise<TestAp
     // Closing does not wait for webhook attempts in flight.
     SHUTDOWN_TIMEOUT_MS: '0',
     ...(databaseUrl && { DATABASE_URL: databaseUrl, DB_CONNECT_TIMEOUT_MS: '2000' }),
-    ...options.env,
+    ...(typeof options.env === 'function' ? options.env(databaseUrl) : options.env),
   });
   const service = await createService(
     { ...config, webhooks: { ...config.webhooks, ...options.webhooks } },

@@ -143,6 +143,7 @@ describe('GET /openapi.json', () => {
   });
 
   it('documents the parameters of a page and of a plant path', () => {
+    const consistencyToken = { in: 'header', schema: { type: 'string', maxLength: 128 } };
     const byName = (parameters: { name: string }[]) =>
       Object.fromEntries(parameters.map((parameter) => [parameter.name, parameter]));
     expect(byName(document.paths['/plants'].get.parameters)).toMatchObject({
@@ -153,11 +154,34 @@ describe('GET /openapi.json', () => {
       },
       after: { in: 'query', required: false, schema: { type: 'integer', format: 'int64' } },
       tag: { in: 'query', required: false, schema: { type: 'string', maxLength: 256 } },
+      'consistency-token': consistencyToken,
     });
-    for (const method of ['get', 'delete']) {
-      expect(document.paths['/plants/{id}'][method].parameters).toMatchObject([
-        { name: 'id', in: 'path', required: true, schema: { type: 'integer', format: 'int64' } },
-      ]);
+    const id = {
+      name: 'id',
+      in: 'path',
+      required: true,
+      schema: { type: 'integer', format: 'int64' },
+    };
+    expect(document.paths['/plants/{id}'].get.parameters).toMatchObject([
+      id,
+      { name: 'consistency-token', ...consistencyToken },
+    ]);
+    expect(document.paths['/plants/{id}'].delete.parameters).toMatchObject([id]);
+  });
+
+  it('documents the Consistency-Token on the answers of writes and reads', () => {
+    const answers = {
+      '/plants': { post: ['200', '409'], get: ['200'] },
+      '/plants/{id}': { get: ['200', '404'], delete: ['204', '404'] },
+    };
+    for (const [path, operations] of Object.entries(answers)) {
+      for (const [method, statuses] of Object.entries(operations)) {
+        for (const status of statuses) {
+          expect(document.paths[path][method].responses[status].headers).toMatchObject({
+            'consistency-token': { schema: { type: 'string', maxLength: 128 } },
+          });
+        }
+      }
     }
   });
 

@@ -22,6 +22,8 @@ describe('loadConfig', () => {
       database: {
         url: 'postgres://u@db:5432/plants',
         pooler: false,
+        replicaUrls: [],
+        replicaMaxLagMs: 1000,
         dataDir: '.data',
         poolMax: 10,
         connectTimeoutMs: 5000,
@@ -252,6 +254,12 @@ describe('loadConfig', () => {
     ['SHUTDOWN_TIMEOUT_MS', 'soon', 'SHUTDOWN_TIMEOUT_MS must be an integer'],
     ['SHUTDOWN_DELAY_MS', '-1', 'SHUTDOWN_DELAY_MS must be an integer from 0 to 3600000'],
     ['DB_POOLER', 'pgbouncer', 'DB_POOLER must be true or false'],
+    [
+      'DATABASE_REPLICA_URLS',
+      'postgres://replica:5432/plants,mysql://other/plants',
+      'DATABASE_REPLICA_URLS must be comma-separated postgres:// or postgresql:// URLs; entry 2 is not one',
+    ],
+    ['DB_REPLICA_MAX_LAG_MS', '-1', 'DB_REPLICA_MAX_LAG_MS must be an integer from 0 to 3600000'],
     ['AUTH_FAILURE_IPV6_PREFIX', '0', 'AUTH_FAILURE_IPV6_PREFIX must be an integer from 1 to 128'],
     [
       'AUTH_FAILURE_IPV6_PREFIX',
@@ -302,6 +310,28 @@ describe('loadConfig', () => {
   it('refuses DB_POOLER without DATABASE_URL, since the embedded engine has no pooler', () => {
     expect(() => loadConfig({ API_TOKENS: base.API_TOKENS, DB_POOLER: 'true' })).toThrow(
       'DB_POOLER needs DATABASE_URL',
+    );
+  });
+
+  it('refuses DATABASE_REPLICA_URLS without DATABASE_URL, since the embedded engine has no replicas', () => {
+    expect(() =>
+      loadConfig({ API_TOKENS: base.API_TOKENS, DATABASE_REPLICA_URLS: 'postgres://r1/plants' }),
+    ).toThrow('DATABASE_REPLICA_URLS needs DATABASE_URL');
+  });
+
+  it('reads DATABASE_REPLICA_URLS as a list, and none when it is unset or empty', () => {
+    const listed = loadConfig({
+      ...base,
+      DATABASE_REPLICA_URLS: ' postgres://r1:5432/plants , postgresql://r2/plants,',
+      DB_REPLICA_MAX_LAG_MS: '250',
+    });
+    expect(listed.database).toMatchObject({
+      replicaUrls: ['postgres://r1:5432/plants', 'postgresql://r2/plants'],
+      replicaMaxLagMs: 250,
+    });
+    expect(loadConfig(base).database).toMatchObject({ replicaUrls: [], replicaMaxLagMs: 1000 });
+    expect(loadConfig({ ...base, DATABASE_REPLICA_URLS: '' }).database.replicaUrls).toStrictEqual(
+      [],
     );
   });
 

@@ -1,3 +1,4 @@
+import { CONSISTENCY_TOKEN, newerToken } from './consistency-token.js';
 import { quoteUnsafeIntegers, stringifyExact } from './exact-json.js';
 import { type Client, createClient, createConfig } from './generated/client/index.js';
 import { addPlant, deletePlant, getPlant, listPlants } from './generated/sdk.gen.js';
@@ -21,6 +22,11 @@ export interface PlantStoreOptions {
   token: string;
   /** The fetch that sends the requests; the global one unless given. */
   fetch?: typeof fetch;
+  /**
+   * A `Consistency-Token` to start with, such as the `consistencyToken` of a client in another
+   * process: the first reads see every write it covers.
+   */
+  consistencyToken?: string;
 }
 
 /** The answer of the service to a request that failed: any status that is not 2xx. */
@@ -70,6 +76,12 @@ function bigintId(value: unknown, name: string): bigint {
   throw new TypeError(`${name} must be a bigint, such as 42n; got the ${typeof value} ${shown}`);
 }
 
+/** True for the reads that take a `Consistency-Token`: GET and HEAD of /plants and /plants/{id}. */
+function takesToken(request: Request): boolean {
+  if (request.method !== 'GET' && request.method !== 'HEAD') return false;
+  return /\/plants(?:\/[^/]+)?$/.test(new URL(request.url).pathname);
+}
+
 /** The target of the `rel="next"` link of `response`, resolved against the URL it answered. */
 function nextLink(response: Response, request: Request): URL | undefined {
   const header = response.headers.get('link');
@@ -95,8 +107,10 @@ function nextLink(response: Response, request: Request): URL | undefined {
 export class PlantStore {
   /** The generated client, for the operations of `./generated/sdk.gen.js` that are not here. */
   readonly client: Client;
+  #consistencyToken: string | undefined;
 
   constructor(options: PlantStoreOptions) {
+    this.#consistencyToken = options.consistencyToken;
     this.client = createClient(
       createConfig({
         baseUrl: options.baseUrl,
@@ -106,6 +120,19 @@ export class PlantStore {
         ...(options.fetch && { fetch: options.fetch }),
       }),
     );
+    this.client.interceptors.request.use((request) => {
+      const token = this.#consistencyToken;
+      // A token the caller put on the request itself is theirs to send.
+      if (token !== undefined && takesToken(request) && !request.headers.has(CONSISTENCY_TOKEN)) {
+        request.headers.set(CONSISTENCY_TOKEN, token);
+      }
+      return request;
+    });
+    this.client.interceptors.response.use((response) => {
+      const token = response.headers.get(CONSISTENCY_TOKEN);
+      if (token !== null) this.#consistencyToken = newerToken(this.#consistencyToken, token);
+      return response;
+    });
     this.client.interceptors.response.use(async (response) => {
       if (!response.ok || !response.headers.get('content-type')?.includes('json')) return response;
       const text = await response.text();
@@ -124,6 +151,15 @@ export class PlantStore {
         : { error: response.status, message: `The service answered ${response.status}.` };
       return new PlantStoreError(response.status, body, response.headers);
     });
+  }
+
+  /**
+   * The newest `Consistency-Token` the service has answered this client (or the one it was given
+   * to start with), which every read sends; undefined while there is none. Hand it to a client in
+   * another process (`consistencyToken` option) for its reads to see this one's writes.
+   */
+  get consistencyToken(): string | undefined {
+    return this.#consistencyToken;
   }
 
   /** Creates a plant; sent again with the same content, answers the stored plant again. */

@@ -329,6 +329,12 @@ export type GetReadyzResponse = GetReadyzResponses[keyof GetReadyzResponses];
 
 export type ListPlantsData = {
     body?: never;
+    headers?: {
+        /**
+         * A Consistency-Token this service answered: the read sees every write it covers (read-your-writes across replicas). Malformed: 400. Ignored when the service reads from no replica.
+         */
+        'consistency-token'?: string;
+    };
     path?: never;
     query?: {
         /**
@@ -349,7 +355,7 @@ export type ListPlantsData = {
 
 export type ListPlantsErrors = {
     /**
-     * A query parameter is malformed, out of range or given twice
+     * A query parameter is malformed, out of range or given twice, or the Consistency-Token is malformed
      */
     400: Error;
     /**
@@ -514,6 +520,12 @@ export type DeletePlantResponse = DeletePlantResponses[keyof DeletePlantResponse
 
 export type GetPlantData = {
     body?: never;
+    headers?: {
+        /**
+         * A Consistency-Token this service answered: the read sees every write it covers (read-your-writes across replicas). Malformed: 400. Ignored when the service reads from no replica.
+         */
+        'consistency-token'?: string;
+    };
     path: {
         /**
          * ID of the plant: an int64 in canonical decimal (0, or no leading zero, no +)
@@ -526,7 +538,7 @@ export type GetPlantData = {
 
 export type GetPlantErrors = {
     /**
-     * The id is not an int64 in canonical decimal
+     * The id is not an int64 in canonical decimal, or the Consistency-Token is malformed
      */
     400: Error;
     /**
