@@ -149,6 +149,9 @@ function settings(port: number, socketDir: string): string {
     'fsync = on',
     'synchronous_commit = on',
     'full_page_writes = on',
+    // A base backup streams WAL from its start on a connection of its own: a checkpoint in
+    // between (another backup's, a promotion's) must not recycle it; nor a stopped standby's.
+    "wal_keep_size = '64MB'",
     '',
   ].join('\n');
 }
