@@ -251,17 +251,20 @@ export interface TcpRoundRobin {
 
 /**
  * Starts HAProxy in TCP mode in front of 127.0.0.1:`targetPorts`, each new connection to the next
- * of them (roundrobin), without health checks: one address over several database servers, as a
- * Kubernetes `-ro` Service or an HAProxy port for the replicas is.
+ * of them (roundrobin, the first connection to the first), without health checks: one address
+ * over several database servers, as a Kubernetes `-ro` Service or an HAProxy replica port is.
  */
 export async function startTcpRoundRobin(targetPorts: number[]): Promise<TcpRoundRobin> {
   const binary = requireHaproxy();
   const dir = mkdtempSync(join(tmpdir(), 'plant-store-tcp-round-robin-'));
   const port = await freePort();
+  const socketPath = join(dir, 'admin.sock');
   const configFile = join(dir, 'haproxy.cfg');
   writeFileSync(
     configFile,
     [
+      'global',
+      `  stats socket ${socketPath}`,
       'defaults',
       '  mode tcp',
       '  timeout connect 2s',
@@ -279,18 +282,20 @@ export async function startTcpRoundRobin(targetPorts: number[]): Promise<TcpRoun
   );
   const running = run(binary, ['-db', '-f', configFile], {});
 
-  // Listening is all there is to wait for: without checks, every server counts as up at once.
-  const canConnect = () =>
+  // Asked on its admin socket, not by a connection: that would take the first server's turn.
+  const answersOnSocket = () =>
     new Promise<boolean>((resolve) => {
-      const socket = createConnection({ host: '127.0.0.1', port });
-      socket.on('connect', () => {
-        socket.destroy();
-        resolve(true);
+      const socket = createConnection(socketPath);
+      let answer = '';
+      socket.on('connect', () => socket.end('show servers state servers\n'));
+      socket.on('data', (chunk) => {
+        answer += chunk.toString('utf8');
       });
       socket.on('error', () => resolve(false));
+      socket.on('close', () => resolve(answer.includes(' s0 ')));
     });
   const deadline = Date.now() + 30_000;
-  while (!(await canConnect())) {
+  while (!(await answersOnSocket())) {
     if (running.child.exitCode !== null || Date.now() > deadline) {
       running.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
