@@ -6,6 +6,8 @@ export interface LoadRequest {
   method: 'GET' | 'POST' | 'DELETE';
   path: string;
   body?: string;
+  /** Sent besides the bearer token, e.g. a Consistency-Token. */
+  headers?: Record<string, string>;
 }
 
 export interface LoadOptions {
@@ -52,12 +54,12 @@ export function runLoad(options: LoadOptions): Promise<LoadResult> {
         requests: [
           {
             setupRequest: (request) => {
-              const { method, path, body } = options.next();
+              const { method, path, body, headers: extra } = options.next();
               // Fresh headers each time: autocannon writes the content length into them.
               const headers: Record<string, string> =
                 body === undefined
-                  ? { authorization }
-                  : { authorization, 'content-type': 'application/json' };
+                  ? { authorization, ...extra }
+                  : { authorization, 'content-type': 'application/json', ...extra };
               return { ...request, method, path, headers, body };
             },
           },

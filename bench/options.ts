@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 
 /** What `npm run bench -- <suite>` measures; `targets` when none is named. */
-export const SUITES = ['targets', 'soak'] as const;
+export const SUITES = ['targets', 'soak', 'replicas'] as const;
 export type Suite = (typeof SUITES)[number];
 
 /** The targets run unless BENCH_TARGETS names others (service+endpoints-N among them). */
@@ -38,7 +38,7 @@ export interface BenchOptions {
   beforeBuild: string | undefined;
   /** Plants stored before the runs, for the reads. */
   readPlants: number;
-  /** soak: rounds, the share of creates that replay one (%), and what it sends. */
+  /** soak and replicas: rounds; soak: the share of creates that replay one (%), and what it sends. */
   rounds: number;
   replayPercent: number;
   soakLoad: 'mixed' | 'creates';
@@ -52,8 +52,10 @@ export interface BenchOptions {
 
 /** Each suite's defaults for the options they share. */
 const DEFAULTS = {
-  targets: { connections: '1,16,64,256', duration: '10', warmup: '3' },
-  soak: { connections: '32', duration: '180', warmup: '0' },
+  targets: { connections: '1,16,64,256', duration: '10', warmup: '3', rounds: '6', rate: '' },
+  soak: { connections: '32', duration: '180', warmup: '0', rounds: '6', rate: '' },
+  // Three rounds of five configurations in about three minutes; at one rate, so CPU per read compares.
+  replicas: { connections: '32', duration: '5', warmup: '2', rounds: '3', rate: '1000' },
 };
 
 export class OptionsError extends Error {
@@ -92,8 +94,10 @@ export function readOptions(env: NodeJS.ProcessEnv, args: string[], root: string
   const connections = list(get('BENCH_CONNECTIONS', defaults.connections)).map((item) =>
     integer('BENCH_CONNECTIONS', item),
   );
-  if (connections.length === 0 || (suite === 'soak' && connections.length > 1)) {
-    throw new OptionsError('BENCH_CONNECTIONS: one level or more (the soak runs at one)');
+  if (connections.length === 0 || (suite !== 'targets' && connections.length > 1)) {
+    throw new OptionsError(
+      'BENCH_CONNECTIONS: one level or more (the soak and replicas run at one)',
+    );
   }
   const targets = list(get('BENCH_TARGETS', DEFAULT_TARGETS.join(',')));
   const unknown = targets.find((target) => !TARGET.test(target));
@@ -112,7 +116,7 @@ export function readOptions(env: NodeJS.ProcessEnv, args: string[], root: string
   const replayPercent = integer('BENCH_REPLAY_PERCENT', get('BENCH_REPLAY_PERCENT', '5'), 0);
   if (replayPercent > 100) throw new OptionsError('BENCH_REPLAY_PERCENT must be at most 100');
   const results = get('BENCH_RESULTS_DIR', join('bench', 'results'));
-  const rate = get('BENCH_RATE', '');
+  const rate = get('BENCH_RATE', defaults.rate);
   const arenas = get('BENCH_MALLOC_ARENA_MAX', '');
   return {
     suite,
@@ -128,7 +132,7 @@ export function readOptions(env: NodeJS.ProcessEnv, args: string[], root: string
     targets: [...new Set(targets)],
     beforeBuild,
     readPlants: integer('BENCH_READ_PLANTS', get('BENCH_READ_PLANTS', '100000'), 1000),
-    rounds: integer('BENCH_ROUNDS', get('BENCH_ROUNDS', '6')),
+    rounds: integer('BENCH_ROUNDS', get('BENCH_ROUNDS', defaults.rounds)),
     replayPercent,
     soakLoad: oneOf('BENCH_SOAK_LOAD', get('BENCH_SOAK_LOAD', 'mixed'), ['mixed', 'creates']),
     soakWebhooks: oneOf('BENCH_SOAK_WEBHOOKS', get('BENCH_SOAK_WEBHOOKS', 'unruly'), [

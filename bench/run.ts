@@ -4,7 +4,9 @@
 // - targets (the default): creates, reads and deletes of the service against bare Fastify, with
 //   and without webhook deliveries, at each concurrency level, and of another build of the
 //   service where BENCH_BEFORE_BUILD names one (latest.md);
-// - soak: minutes of mixed load, the service's memory over them (soak.md).
+// - soak: minutes of mixed load, the service's memory over them (soak.md);
+// - replicas: reads by id on a primary and two streaming replicas the suite makes itself, on
+//   PostgreSQL servers of its own rather than BENCH_DATABASE_URL's (replicas.md).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
@@ -18,18 +20,29 @@ import {
   type Session,
   say,
 } from './harness.js';
-import { type BenchOptions, buildOf, OptionsError, readOptions } from './options.js';
+import { type BenchOptions, buildOf, OptionsError, readOptions, type Suite } from './options.js';
+import { replicasSuite } from './replicas.js';
 import { soakSuite } from './soak.js';
 import { targetsSuite } from './targets.js';
+import { createTopology, destroyTopology, type Topology } from './topology.js';
 
 const abort = new AbortController();
 let session: Session | undefined;
+let topology: Topology | undefined;
+
+const RESULTS_FILES: Record<Suite, string> = {
+  targets: 'latest.md',
+  soak: 'soak.md',
+  replicas: 'replicas.md',
+};
 
 async function cleanUp(options: BenchOptions): Promise<void> {
   for (const child of running) child.kill('SIGTERM');
+  await session?.admin.end().catch(() => {});
+  if (session) rmSync(session.work, { recursive: true, force: true });
+  // The suite's own servers go whole, with their databases.
+  if (topology) return destroyTopology(topology);
   if (!session) return;
-  await session.admin.end().catch(() => {});
-  rmSync(session.work, { recursive: true, force: true });
   const admin = new pg.Client({ connectionString: options.databaseUrl });
   await admin.connect();
   for (const { database } of [session, ...(session.before ? [session.before] : [])]) {
@@ -68,15 +81,35 @@ function commandLine(args: string[]): string {
 async function bench(options: BenchOptions): Promise<number> {
   const date = new Date().toISOString();
   const load = loadavg().map((value) => value.toFixed(2));
-  session = await openSession(options, abort.signal);
+  if (options.suite === 'replicas') {
+    say('making a primary and its streaming replicas');
+    await createTopology((made) => {
+      topology = made;
+    });
+  }
+  const primary = topology?.primary.url;
+  session = await openSession(
+    primary ? { ...options, databaseUrl: primary } : options,
+    abort.signal,
+  );
   migrate(session);
-  const compared = options.suite === 'targets' && options.targets.some((t) => buildOf(t).before);
+  const compared =
+    options.suite === 'replicas' ||
+    (options.suite === 'targets' && options.targets.some((t) => buildOf(t).before));
   if (compared && options.beforeBuild !== undefined) {
     session.before = await openBeforeSession(session, options.beforeBuild);
     migrate(session.before);
   }
-  const suite = options.suite === 'soak' ? soakSuite : targetsSuite;
-  const report = await suite(session);
+  const opened = session;
+  const suites = {
+    targets: () => targetsSuite(opened),
+    soak: () => soakSuite(opened),
+    replicas: () => {
+      if (!topology) throw new Error('no servers for the replicas suite');
+      return replicasSuite(opened, topology);
+    },
+  };
+  const report = await suites[options.suite]();
   // An interrupted run leaves the last results file alone rather than write a partial one.
   if (abort.signal.aborted) throw new Error('interrupted');
   const { rows } = await session.admin.query<{ v: string }>(
@@ -91,7 +124,7 @@ async function bench(options: BenchOptions): Promise<number> {
     ...(session.before && { 'revision of the @before targets': revisionOf(session.before.root) }),
   };
   mkdirSync(options.resultsFolder, { recursive: true });
-  const file = join(options.resultsFolder, options.suite === 'soak' ? 'soak.md' : 'latest.md');
+  const file = join(options.resultsFolder, RESULTS_FILES[options.suite]);
   const facts = Object.entries(machine).map(([key, value]) => `- ${key}: ${value}`);
   writeFileSync(
     file,

@@ -61,6 +61,12 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     behindSince: undefined,
   }));
   let samples: Sample[] = [];
+  /** The timeline the primary answered on last: its samples are positions on it. */
+  let sampledTimeline: number | undefined;
+  /**
+   * The cluster's newest timeline, the primary's or one a replica follows: after a failover a
+   * replica may follow the new primary before this process reaches it.
+   */
   let primaryTimeline: number | undefined;
   let next = 0;
 
@@ -91,10 +97,13 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
   function observePrimary(report: ServerReport): WalPosition | undefined {
     if (report.standby || report.lsn === null || report.walFile === null) return undefined;
     const position = { timeline: timelineOfWalFile(report.walFile), lsn: parseLsn(report.lsn) };
-    if (position.timeline !== primaryTimeline) {
-      primaryTimeline = position.timeline;
+    // A new primary's positions go on from where its timeline forked, perhaps below the last
+    // sample of the old one: its own samples start afresh.
+    if (position.timeline !== sampledTimeline) {
+      sampledTimeline = position.timeline;
       samples = [];
     }
+    primaryTimeline = Math.max(primaryTimeline ?? 0, position.timeline);
     const at = options.now();
     const last = samples.at(-1);
     if (last === undefined || position.lsn > last.lsn) samples.push({ at, lsn: position.lsn });
@@ -124,7 +133,10 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
       replica.replayed = lsn;
       replica.timeline = undefined;
     } else if (lsn > replica.replayed) replica.replayed = lsn;
-    if (report.timeline != null) replica.timeline = report.timeline;
+    if (report.timeline != null) {
+      replica.timeline = report.timeline;
+      primaryTimeline = Math.max(primaryTimeline ?? 0, report.timeline);
+    }
     updateBehind(replica);
     setRotation(index, true, 'it answers as a standby');
     return sameRun;

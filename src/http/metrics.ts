@@ -128,7 +128,7 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
   }
   const reads = new Counter({
     name: 'plant_store_db_reads_total',
-    help: 'Plant reads by the server that answered (replica, primary) and why the primary (behind: no replica has what the read needs; timeline: a token from before a failover; fault: the replica failed; none: no replica in rotation)',
+    help: 'Plant reads by the server that answered (replica, primary) and why the primary (behind: no replica has what the read needs; timeline: a token from before a failover; fault: the replica failed, cancelled the query, or restarted or was promoted since it was chosen; none: no replica in rotation)',
     labelNames: ['server', 'reason'],
     registers: [registry],
   });
@@ -182,7 +182,7 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       readBatches.observe(size);
     },
     observeReads(destination, count) {
-      if (destination === 'replica') reads.inc({ server: 'replica', reason: '' }, count);
+      if (destination === 'replica') reads.inc({ server: 'replica' }, count);
       else reads.inc({ server: 'primary', reason: destination }, count);
     },
   };

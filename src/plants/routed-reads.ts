@@ -1,4 +1,4 @@
-import type { BatchHandler } from '../db/batch-queue.js';
+import type { BatchHandler, Pending } from '../db/batch-queue.js';
 import { classifyDatabaseError } from '../db/errors.js';
 import type {
   PrimaryReason,
@@ -36,81 +36,94 @@ export interface RoutedReads {
 }
 
 /**
- * The reads spread over the replicas (see ReplicaSet): each runs on the server its route names,
- * and a replica that fails, restarted or is no longer a standby hands the read to the primary.
+ * The reads spread over the replicas (see ReplicaSet): each runs on the server its route names;
+ * a replica that fails, restarted or is no longer a standby hands the read to another replica
+ * that qualifies, or to the primary.
  */
 export function createRoutedReads(
   replicaSet: ReplicaSet,
   reads: { primary: ReportingReads; replicas: readonly ReportingReads[] },
   onRead: (destination: ReadDestination, count: number) => void,
 ): RoutedReads {
+  // A read tries each replica at most once before the primary.
+  const attempts = replicaSet.replicas.length;
+
+  /**
+   * The read on the route's server: a replica's answer with the position it covers, or
+   * undefined when the replica failed or its answer cannot be used (it restarted, or is no
+   * longer a standby); then the replica's state is updated, and the read is routed again.
+   */
   async function onRoute<T extends { report: ServerReport }>(
     route: ReadRoute,
+    afterFault: boolean,
     read: (server: ReportingReads) => Promise<T>,
-  ): Promise<{ answer: T; position: WalPosition; destination: ReadDestination }> {
-    let reason: PrimaryReason;
+  ): Promise<{ answer: T; position: WalPosition; destination: ReadDestination } | undefined> {
     if ('replica' in route) {
       const { replica } = route;
       try {
         const answer = await read(reads.replicas[replica.index] as ReportingReads);
         const position = replicaSet.accept(replica, answer.report);
-        if (position !== undefined) return { answer, position, destination: 'replica' };
+        return position === undefined ? undefined : { answer, position, destination: 'replica' };
       } catch (error) {
         replicaSet.failed(replica, error);
+        return undefined;
       }
-      reason = 'fault';
-    } else reason = route.primary;
+    }
     const answer = await read(reads.primary);
-    return { answer, position: replicaSet.primaryPosition(answer.report), destination: reason };
+    const position = replicaSet.primaryPosition(answer.report);
+    return { answer, position, destination: afterFault ? 'fault' : route.primary };
+  }
+
+  /** Where a read goes on its `attempt`th try: the last is the primary's. */
+  const routeOf = (token: WalPosition | undefined, attempt: number, prefer?: Replica): ReadRoute =>
+    attempt >= attempts ? { primary: 'fault' } : replicaSet.choose(token, prefer);
+
+  async function readByIds(batch: Pending<RoutedRead, StoredPlant | undefined>[], attempt: number) {
+    // One statement per destination: a batch's reads go where the first went, if they may.
+    const groups = new Map<string, { route: ReadRoute; reads: typeof batch }>();
+    let prefer: Replica | undefined;
+    for (const pending of batch) {
+      const route = routeOf(pending.item.consistency.position, attempt, prefer);
+      if ('replica' in route) prefer ??= route.replica;
+      const key = 'replica' in route ? route.replica.name : route.primary;
+      const group = groups.get(key) ?? { route, reads: [] };
+      group.reads.push(pending);
+      groups.set(key, group);
+    }
+    // Each destination answers its own reads: a primary that cannot be reached fails only the
+    // reads that needed it.
+    await Promise.all(
+      [...groups.values()].map(async ({ route, reads: pendings }) => {
+        const ids = [...new Set(pendings.map(({ item }) => item.id))];
+        let answered: Awaited<ReturnType<typeof onRoute<ByIds>>>;
+        try {
+          answered = await onRoute(route, attempt > 0, (server) => server.findByIds(ids));
+        } catch (error) {
+          const failure = classifyDatabaseError(error);
+          for (const { reject } of pendings) reject(failure);
+          return;
+        }
+        if (answered === undefined) return readByIds(pendings, attempt + 1);
+        onRead(answered.destination, pendings.length);
+        for (const { item, resolve } of pendings) {
+          item.consistency.position = laterPosition(answered.position, item.consistency.position);
+          resolve(answered.answer.found.get(item.id));
+        }
+      }),
+    );
   }
 
   return {
-    byIds: {
-      async run(batch) {
-        // One statement per destination: a batch's reads go where the first went, if they may.
-        const groups = new Map<string, { route: ReadRoute; reads: typeof batch }>();
-        let prefer: Replica | undefined;
-        for (const pending of batch) {
-          const route = replicaSet.choose(pending.item.consistency.position, prefer);
-          if ('replica' in route) prefer ??= route.replica;
-          const key = 'replica' in route ? route.replica.name : route.primary;
-          const group = groups.get(key) ?? { route, reads: [] };
-          group.reads.push(pending);
-          groups.set(key, group);
-        }
-        // Each destination answers its own reads: a primary that cannot be reached fails only
-        // the reads that needed it.
-        await Promise.all(
-          [...groups.values()].map(async ({ route, reads }) => {
-            const ids = [...new Set(reads.map(({ item }) => item.id))];
-            let answered: Awaited<ReturnType<typeof onRoute<ByIds>>>;
-            try {
-              answered = await onRoute(route, (server) => server.findByIds(ids));
-            } catch (error) {
-              const failure = classifyDatabaseError(error);
-              for (const { reject } of reads) reject(failure);
-              return;
-            }
-            onRead(answered.destination, reads.length);
-            for (const { item, resolve } of reads) {
-              item.consistency.position = laterPosition(
-                answered.position,
-                item.consistency.position,
-              );
-              resolve(answered.answer.found.get(item.id));
-            }
-          }),
-        );
-      },
-    },
+    byIds: { run: (batch) => readByIds(batch, 0) },
     async listPage(range, consistency) {
-      const route = replicaSet.choose(consistency.position);
-      const { answer, position, destination } = await onRoute(route, (server) =>
-        server.listPage(range),
-      );
-      onRead(destination, 1);
-      consistency.position = laterPosition(position, consistency.position);
-      return answer.page;
+      for (let attempt = 0; ; attempt++) {
+        const route = routeOf(consistency.position, attempt);
+        const answered = await onRoute(route, attempt > 0, (server) => server.listPage(range));
+        if (answered === undefined) continue;
+        onRead(answered.destination, 1);
+        consistency.position = laterPosition(answered.position, consistency.position);
+        return answered.answer.page;
+      }
     },
   };
 }

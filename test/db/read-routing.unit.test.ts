@@ -65,6 +65,18 @@ describe('read routing', () => {
     expect(routes.choose(undefined)).toStrictEqual({ primary: 'behind' });
   });
 
+  it('follows a replica onto a newer timeline before the new primary answers', () => {
+    const { routes } = routing(2);
+    routes.observePrimary(primary('0/300', 1));
+    routes.observeReplica(0, standby('0/300', 'start', 1));
+    routes.observeReplica(1, standby('0/300', 'start', 1));
+    // A failover: replica 1 follows the new primary on timeline 2, the old one is gone.
+    routes.observeReplica(1, standby('0/380', 'start', 2));
+    expect(routes.choose(undefined)).toStrictEqual({ replica: 1 });
+    expect(routes.choose({ timeline: 2, lsn: 0x380n })).toStrictEqual({ replica: 1 });
+    expect(routes.choose({ timeline: 1, lsn: 0x300n })).toStrictEqual({ primary: 'timeline' });
+  });
+
   it('sends a read without a token to a replica no more than the lag behind', () => {
     const { routes, advance } = routing(1);
     routes.observePrimary(primary('0/100'));

@@ -296,17 +296,15 @@ export async function createClusterDatabase(cluster: Cluster): Promise<string> {
 export interface StandbyOptions {
   /**
    * The name it streams under (its application_name, as pg_stat_replication and
-   * synchronous_standby_names see it). A standby is asynchronous unless the primary's
-   * synchronous_standby_names matches this name: give each standby its own to choose.
+   * synchronous_standby_names see it). Nothing here names one in synchronous_standby_names, so
+   * every standby is asynchronous: a stopped one holds up no commit on the primary.
    */
   name?: string;
 }
 
 /**
  * A hot standby of `primary`, made with pg_basebackup (-R: it follows the primary by streaming
- * replication) in a temporary directory of its own, on its own port, and started. Its
- * configuration is the primary's as copied, so set synchronous_standby_names on the primary only
- * afterwards: once promoted, the standby must not wait for a standby of its own.
+ * replication) in a temporary directory of its own, on its own port, and started.
  */
 export async function createStandby(
   primary: Cluster,
@@ -352,31 +350,6 @@ export async function createStandby(
 }
 
 /**
- * Makes every commit on `primary` wait until the standby named `name` (any one, by default) has
- * flushed it (synchronous replication), and resolves once that standby is attached as
- * synchronous. Standbys of other names stay asynchronous.
- */
-export async function requireSynchronousStandby(primary: Cluster, name = '*'): Promise<void> {
-  const names = name === '*' ? '*' : `"${name}"`;
-  await queryUrl(primary.url, `alter system set synchronous_standby_names = '${names}'`);
-  await queryUrl(primary.url, 'select pg_reload_conf()');
-  const deadline = Date.now() + PG_CTL_WAIT_SECONDS * 1000;
-  for (;;) {
-    const rows = await queryUrl<{ application_name: string; sync_state: string }>(
-      primary.url,
-      'select application_name, sync_state from pg_stat_replication',
-    );
-    const matches = (row: { application_name: string }) =>
-      name === '*' || row.application_name === name;
-    if (rows.some((row) => matches(row) && row.sync_state === 'sync')) return;
-    if (Date.now() > deadline) {
-      throw new Error(`no synchronous standby attached: ${JSON.stringify(rows)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-/**
  * Moves `primary` to the next timeline, as a failover to it would: restarts it as a standby with
  * no primary to follow, then promotes it. Cheaper than a standby of a cluster made only for this.
  */
@@ -388,15 +361,10 @@ export async function switchTimeline(primary: Cluster): Promise<void> {
     chownSync(join(primary.dataDir, 'standby.signal'), uid, gid);
   }
   await startCluster(primary);
-  await promoteCluster(primary);
-}
-
-/** Promotes a standby to a primary that accepts writes, and resolves once it does. */
-export async function promoteCluster(standby: Cluster): Promise<void> {
-  await runBinary(standby, 'pg_ctl', [
+  await runBinary(primary, 'pg_ctl', [
     'promote',
     '--pgdata',
-    standby.dataDir,
+    primary.dataDir,
     '--wait',
     `--timeout=${PG_CTL_WAIT_SECONDS}`,
   ]);

@@ -29,7 +29,7 @@ export interface LoadBalancer {
   stop(): Promise<void>;
 }
 
-function requireHaproxy(): string {
+export function requireHaproxy(): string {
   const binary = findOnPath('haproxy');
   if (!binary) {
     throw new Error(
@@ -130,108 +130,6 @@ export async function startLoadBalancer(options: LoadBalancerOptions): Promise<L
     process: running,
     status,
     waitFor,
-    async stop() {
-      running.child.kill('SIGTERM');
-      await running.exited;
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-/** HAProxy in TCP mode: one address on 127.0.0.1 that leads to whichever server it is pointed at. */
-export interface TcpProxy {
-  port: number;
-  process: RunningProcess;
-  /** `url` with its host and port replaced by the proxy's. */
-  via(url: string): string;
-  /**
-   * From now on new connections lead to 127.0.0.1:`port`. With `dropConnections`, the open ones
-   * are closed too, as when the server they lead to goes away; without, they stay as they are.
-   */
-  pointAt(port: number, options: { dropConnections: boolean }): Promise<void>;
-  stop(): Promise<void>;
-}
-
-/**
- * Starts HAProxy in TCP mode in front of 127.0.0.1:`port`, without health checks, as a database's
- * stable address (a TCP proxy, a Kubernetes Service) is: where it leads changes at run time, by
- * its runtime API, without a reload.
- */
-export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
-  const binary = requireHaproxy();
-  const dir = mkdtempSync(join(tmpdir(), 'plant-store-tcp-proxy-'));
-  const port = await freePort();
-  const socketPath = join(dir, 'admin.sock');
-  const configFile = join(dir, 'haproxy.cfg');
-  writeFileSync(
-    configFile,
-    [
-      'global',
-      `  stats socket ${socketPath} level admin`,
-      'defaults',
-      '  mode tcp',
-      '  timeout connect 2s',
-      // Longer than the service keeps an idle connection (30 s).
-      '  timeout client 5m',
-      '  timeout server 5m',
-      'frontend database',
-      `  bind 127.0.0.1:${port}`,
-      '  default_backend database',
-      'backend database',
-      `  server db 127.0.0.1:${targetPort}`,
-      '',
-    ].join('\n'),
-  );
-  const running = run(binary, ['-db', '-f', configFile], {});
-
-  // One command line (commands separated by ';') on the admin socket; HAProxy's answer.
-  function command(line: string): Promise<string> {
-    return new Promise((resolve, reject) => {
-      const socket = createConnection(socketPath);
-      let answer = '';
-      socket.setTimeout(5000, () => socket.destroy(new Error(`HAProxy did not answer ${line}`)));
-      socket.on('connect', () => socket.end(`${line}\n`));
-      socket.on('data', (chunk) => {
-        answer += chunk.toString('utf8');
-      });
-      socket.on('error', reject);
-      socket.on('close', () => resolve(answer));
-    });
-  }
-
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      if ((await command('show servers state database')).includes(' db ')) break;
-    } catch (error) {
-      if (running.child.exitCode !== null || Date.now() > deadline) {
-        running.child.kill('SIGKILL');
-        rmSync(dir, { recursive: true, force: true });
-        throw new Error(
-          `HAProxy did not start: ${(error as Error).message}\n${running.stderr.join('\n')}`,
-        );
-      }
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-
-  return {
-    port,
-    process: running,
-    via(url) {
-      const parsed = new URL(url);
-      parsed.hostname = '127.0.0.1';
-      parsed.port = String(port);
-      return parsed.toString();
-    },
-    async pointAt(target, { dropConnections }) {
-      const answer = await command(
-        `set server database/db addr 127.0.0.1 port ${target}${dropConnections ? '; shutdown sessions server database/db' : ''}`,
-      );
-      if (!answer.includes(`port changed`) && !answer.includes(`no need to change`)) {
-        throw new Error(`HAProxy did not change the server's address: ${answer}`);
-      }
-    },
     async stop() {
       running.child.kill('SIGTERM');
       await running.exited;

@@ -55,6 +55,8 @@ process.on('exit', () => {
     }
   }
 });
+// vitest ends its worker processes with SIGTERM, which would skip every 'exit' listener.
+if (process.env.VITEST_WORKER_ID !== undefined) process.once('SIGTERM', () => process.exit(143));
 
 /** Starts `command` in the project root (or `cwd`) with exactly `env` (plus PATH). */
 export function run(
