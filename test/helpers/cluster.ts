@@ -12,6 +12,7 @@ import {
   readFileSync,
   realpathSync,
   rmSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, delimiter, dirname, join } from 'node:path';
@@ -148,6 +149,9 @@ function settings(port: number, socketDir: string): string {
     'fsync = on',
     'synchronous_commit = on',
     'full_page_writes = on',
+    // A base backup streams WAL from its start on a connection of its own: a checkpoint in
+    // between (another backup's, a promotion's) must not recycle it; nor a stopped standby's.
+    "wal_keep_size = '64MB'",
     '',
   ].join('\n');
 }
@@ -289,11 +293,23 @@ export async function createClusterDatabase(cluster: Cluster): Promise<string> {
   return withDatabase(cluster.url, name);
 }
 
+export interface StandbyOptions {
+  /**
+   * The name it streams under (its application_name, as pg_stat_replication and
+   * synchronous_standby_names see it). Nothing here names one in synchronous_standby_names, so
+   * every standby is asynchronous: a stopped one holds up no commit on the primary.
+   */
+  name?: string;
+}
+
 /**
  * A hot standby of `primary`, made with pg_basebackup (-R: it follows the primary by streaming
  * replication) in a temporary directory of its own, on its own port, and started.
  */
-export async function createStandby(primary: Cluster): Promise<Cluster> {
+export async function createStandby(
+  primary: Cluster,
+  { name = 'standby' }: StandbyOptions = {},
+): Promise<Cluster> {
   const dir = mkdtempSync(join(tmpdir(), 'plant-store-standby-'));
   const standby: Cluster = {
     ...primary,
@@ -314,21 +330,81 @@ export async function createStandby(primary: Cluster): Promise<Cluster> {
     await runBinary(standby, 'pg_basebackup', [
       '--pgdata',
       standby.dataDir,
-      '--host=127.0.0.1',
-      `--port=${primary.port}`,
-      '--username=postgres',
+      // -R copies the application_name into primary_conninfo: the standby streams under it.
+      `--dbname=host=127.0.0.1 port=${primary.port} user=postgres application_name=${name}`,
       '--write-recovery-conf',
       '--wal-method=stream',
       '--checkpoint=fast',
     ]);
     appendFileSync(
       join(standby.dataDir, 'postgresql.conf'),
-      settings(standby.port, standby.socketDir),
+      // After its primary restarts, it streams again within 100 ms rather than 5 s.
+      `${settings(standby.port, standby.socketDir)}wal_retrieve_retry_interval = '100ms'\n`,
     );
     await startCluster(standby);
     return standby;
   } catch (error) {
     destroyCluster(standby);
     throw error;
+  }
+}
+
+/**
+ * Moves `primary` to the next timeline, as a failover to it would: restarts it as a standby with
+ * no primary to follow, then promotes it. Cheaper than a standby of a cluster made only for this.
+ */
+export async function switchTimeline(primary: Cluster): Promise<void> {
+  await stopCluster(primary, 'fast');
+  writeFileSync(join(primary.dataDir, 'standby.signal'), '');
+  if (primary.runAs !== undefined) {
+    const { uid, gid } = userIds(primary.runAs);
+    chownSync(join(primary.dataDir, 'standby.signal'), uid, gid);
+  }
+  await startCluster(primary);
+  await runBinary(primary, 'pg_ctl', [
+    'promote',
+    '--pgdata',
+    primary.dataDir,
+    '--wait',
+    `--timeout=${PG_CTL_WAIT_SECONDS}`,
+  ]);
+}
+
+/** Resolves once the standby named `name` streams from `primary`, e.g. after it restarted. */
+export async function waitForStreaming(primary: Cluster, name: string): Promise<void> {
+  const deadline = Date.now() + PG_CTL_WAIT_SECONDS * 1000;
+  for (;;) {
+    const rows = await queryUrl<{ state: string }>(
+      primary.url,
+      'select state from pg_stat_replication where application_name = $1',
+      [name],
+    );
+    if (rows.some(({ state }) => state === 'streaming')) return;
+    if (Date.now() > deadline) {
+      throw new Error(`standby ${name} does not stream from the primary: ${JSON.stringify(rows)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/**
+ * Makes the running `standby` apply each commit `delay` (a PostgreSQL interval, e.g. '3s') after
+ * the primary made it (recovery_min_apply_delay), so that it lags on purpose by that much.
+ * It still receives the WAL at once; only the replay waits. '0' ends the delay.
+ */
+export async function delayReplay(standby: Cluster, delay: string): Promise<void> {
+  await queryUrl(standby.url, `alter system set recovery_min_apply_delay = '${delay}'`);
+  await queryUrl(standby.url, 'select pg_reload_conf()');
+  const deadline = Date.now() + PG_CTL_WAIT_SECONDS * 1000;
+  // A reload is signalled, not awaited: the setting shows in new sessions once it has applied.
+  for (;;) {
+    const [row] = await queryUrl<{ applied: boolean }>(
+      standby.url,
+      "select current_setting('recovery_min_apply_delay')::interval = $1::interval as applied",
+      [delay],
+    );
+    if (row?.applied) return;
+    if (Date.now() > deadline) throw new Error(`recovery_min_apply_delay did not become ${delay}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }

@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from './cluster.js';
@@ -129,6 +130,87 @@ export async function startLoadBalancer(options: LoadBalancerOptions): Promise<L
     process: running,
     status,
     waitFor,
+    async stop() {
+      running.child.kill('SIGTERM');
+      await running.exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** HAProxy in TCP mode: one address on 127.0.0.1 that leads to each of several servers in turn. */
+export interface TcpRoundRobin {
+  port: number;
+  process: RunningProcess;
+  /** `url` with its host and port replaced by the balancer's. */
+  via(url: string): string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts HAProxy in TCP mode in front of 127.0.0.1:`targetPorts`, each new connection to the next
+ * of them (roundrobin, the first connection to the first), without health checks: one address
+ * over several database servers, as a Kubernetes `-ro` Service or an HAProxy replica port is.
+ */
+export async function startTcpRoundRobin(targetPorts: number[]): Promise<TcpRoundRobin> {
+  const binary = requireHaproxy();
+  const dir = mkdtempSync(join(tmpdir(), 'plant-store-tcp-round-robin-'));
+  const port = await freePort();
+  const socketPath = join(dir, 'admin.sock');
+  const configFile = join(dir, 'haproxy.cfg');
+  writeFileSync(
+    configFile,
+    [
+      'global',
+      `  stats socket ${socketPath}`,
+      'defaults',
+      '  mode tcp',
+      '  timeout connect 2s',
+      // Longer than the service keeps an idle connection (30 s).
+      '  timeout client 5m',
+      '  timeout server 5m',
+      'frontend database',
+      `  bind 127.0.0.1:${port}`,
+      '  default_backend servers',
+      'backend servers',
+      '  balance roundrobin',
+      ...targetPorts.map((target, index) => `  server s${index} 127.0.0.1:${target}`),
+      '',
+    ].join('\n'),
+  );
+  const running = run(binary, ['-db', '-f', configFile], {});
+
+  // Asked on its admin socket, not by a connection: that would take the first server's turn.
+  const answersOnSocket = () =>
+    new Promise<boolean>((resolve) => {
+      const socket = createConnection(socketPath);
+      let answer = '';
+      socket.on('connect', () => socket.end('show servers state servers\n'));
+      socket.on('data', (chunk) => {
+        answer += chunk.toString('utf8');
+      });
+      socket.on('error', () => resolve(false));
+      socket.on('close', () => resolve(answer.includes(' s0 ')));
+    });
+  const deadline = Date.now() + 30_000;
+  while (!(await answersOnSocket())) {
+    if (running.child.exitCode !== null || Date.now() > deadline) {
+      running.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error(`HAProxy did not start:\n${running.stderr.join('\n')}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+
+  return {
+    port,
+    process: running,
+    via(url) {
+      const parsed = new URL(url);
+      parsed.hostname = '127.0.0.1';
+      parsed.port = String(port);
+      return parsed.toString();
+    },
     async stop() {
       running.child.kill('SIGTERM');
       await running.exited;

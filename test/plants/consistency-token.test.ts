@@ -55,6 +55,30 @@ describe('without DATABASE_REPLICA_URLS', () => {
     expect(answer.headers['consistency-token']).toBeUndefined();
     expect((await read(testApp, '/plants', 'not a token')).statusCode).toBe(200);
   });
+
+  it('answers no Consistency-Token to a conflict, a HEAD or a delete either', async () => {
+    await postPlant(testApp.app, { id: 2, name: 'Moss' });
+    const conflict = await postPlant(testApp.app, { id: 2, name: 'Lichen' });
+    expect(conflict.statusCode).toBe(409);
+    expect(conflict.headers['consistency-token']).toBeUndefined();
+    const withGarbage = { ...authorized, 'consistency-token': 'not a token' };
+    const head = await testApp.app.inject({
+      method: 'HEAD',
+      url: '/plants/2',
+      headers: withGarbage,
+    });
+    expect(head.statusCode).toBe(200);
+    expect(head.headers['consistency-token']).toBeUndefined();
+    for (const status of [204, 404]) {
+      const deleted = await testApp.app.inject({
+        method: 'DELETE',
+        url: '/plants/2',
+        headers: authorized,
+      });
+      expect(deleted.statusCode).toBe(status);
+      expect(deleted.headers['consistency-token']).toBeUndefined();
+    }
+  });
 });
 
 describe('with DATABASE_REPLICA_URLS', () => {
