@@ -36,7 +36,11 @@ interface ReplicaState {
   timeline: number | undefined;
   /** When the primary was first seen past what the replica has replayed; undefined: caught up. */
   behindSince: number | undefined;
+  /** A failed replica answers again no sooner than this. */
+  outUntil: number;
 }
+
+const REJOIN_AFTER_MS = 1000;
 
 /** The primary's position, sampled now and then, to tell how far behind a replica is. */
 interface Sample {
@@ -66,8 +70,10 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     replayed: 0n,
     timeline: undefined,
     behindSince: undefined,
+    outUntil: 0,
   }));
   let samples: Sample[] = [];
+  const sampleSpacingMs = Math.max(20, options.maxLagMs / 100);
   /** The timeline the primary answered on last: its samples are positions on it. */
   let sampledTimeline: number | undefined;
   /**
@@ -87,9 +93,12 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
 
   /** Kept apart from the samples, which go once older than the lag: a lag may last longer. */
   function updateBehind(replica: ReplicaState) {
-    const ahead = samples.find((sample) => sample.lsn > replica.replayed);
-    replica.behindSince =
-      ahead === undefined ? undefined : Math.min(replica.behindSince ?? ahead.at, ahead.at);
+    const ahead = samples.findIndex((sample) => sample.lsn > replica.replayed);
+    if (ahead === -1) replica.behindSince = undefined;
+    // Behind the oldest sample kept: it may have been behind since one that has gone.
+    else if (ahead > 0 || replica.behindSince === undefined) {
+      replica.behindSince = (samples[ahead] as Sample).at;
+    }
   }
 
   /** The position a read without a token needs: where the primary stood `maxLagMs` ago. */
@@ -113,7 +122,13 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     primaryTimeline = Math.max(primaryTimeline ?? 0, position.timeline);
     const at = options.now();
     const last = samples.at(-1);
-    if (last === undefined || position.lsn > last.lsn) samples.push({ at, lsn: position.lsn });
+    // A sample close after the last raises it instead: a sample then says the primary was
+    // further on than it was, which only asks more of a replica, and they stay a hundred or so.
+    if (last !== undefined && at - last.at < sampleSpacingMs) {
+      if (position.lsn > last.lsn) last.lsn = position.lsn;
+    } else if (last === undefined || position.lsn > last.lsn) {
+      samples.push({ at, lsn: position.lsn });
+    }
     // Samples older than the window are never asked for again; the newest is always kept.
     const keepFrom = at - options.maxLagMs - 1000;
     const firstKept = samples.findIndex((sample) => sample.at >= keepFrom);
@@ -141,7 +156,7 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
       primaryTimeline = Math.max(primaryTimeline ?? 0, report.timeline);
     }
     updateBehind(replica);
-    setRotation(index, true, 'it answers as a standby');
+    if (options.now() >= replica.outUntil) setRotation(index, true, 'it answers as a standby');
   }
 
   /**
@@ -159,9 +174,14 @@ export function createReadRouting(replicaCount: number, options: ReadRoutingOpti
     return { timeline: route.timeline, lsn: parseLsn(report.lsn) };
   }
 
+  /**
+   * A read on the replica failed: it leaves the rotation for a while at least, even though it
+   * may answer the next poll (a replica whose reads wait on a lock still answers that).
+   */
   function replicaFailed(index: number, reason: string) {
     const replica = replicas[index] as ReplicaState;
     replica.started = undefined;
+    replica.outUntil = options.now() + REJOIN_AFTER_MS;
     setRotation(index, false, reason);
   }
 

@@ -46,13 +46,16 @@ type ReportRow = {
   timeline: number | null;
 };
 
-export const reportOf = (row: Omit<ReportRow, 'timeline'> & { timeline?: number | null }) => ({
-  standby: row.standby,
-  lsn: row.lsn,
-  started: row.started,
-  walFile: row.wal_file,
-  timeline: row.timeline,
+/** The report of SERVER_REPORT_COLUMNS, as the first columns of a row read as an array. */
+export const reportOfColumns = (row: readonly unknown[]): ServerReport => ({
+  standby: row[0] as boolean,
+  lsn: row[1] as string | null,
+  started: row[2] as string,
+  walFile: row[3] as string | null,
 });
+
+/** How many columns SERVER_REPORT_COLUMNS are: a row's own columns follow them. */
+export const SERVER_REPORT_COLUMN_COUNT = 4;
 
 export interface Replica {
   /** host:port, as the log and the metrics name it. */
@@ -152,7 +155,14 @@ export function openReplicaSet(primary: pg.Pool, options: ReplicaSetOptions): Re
 
   async function report(pool: pg.Pool): Promise<ServerReport> {
     const { rows } = await pool.query<ReportRow>({ text: REPORT_SQL });
-    return reportOf(rows[0] as ReportRow);
+    const row = rows[0] as ReportRow;
+    return {
+      standby: row.standby,
+      lsn: row.lsn,
+      started: row.started,
+      walFile: row.wal_file,
+      timeline: row.timeline,
+    };
   }
 
   // Each server on a loop of its own: one that does not answer holds up no other.
@@ -162,14 +172,17 @@ export function openReplicaSet(primary: pg.Pool, options: ReplicaSetOptions): Re
     const again = () => {
       // Once closing, what the closed pools answer says nothing of the servers.
       if (!polling) return;
-      void poll().finally(() => {
-        if (!polling) return;
-        const timer = setTimeout(() => {
-          timers.delete(timer);
-          again();
-        }, pollMs).unref();
-        timers.add(timer);
-      });
+      // A report this process cannot read is a failed poll, never a crash.
+      void poll()
+        .catch(() => {})
+        .finally(() => {
+          if (!polling) return;
+          const timer = setTimeout(() => {
+            timers.delete(timer);
+            again();
+          }, pollMs).unref();
+          timers.add(timer);
+        });
     };
     again();
   }

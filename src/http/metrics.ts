@@ -12,7 +12,10 @@ export interface MetricsSources {
   reads?: () => { queued: number; inFlight: number };
   /** The deletes' batch queue. */
   deletes?: () => { queued: number; inFlight: number };
-  /** Each read replica's lag in seconds; undefined while it is out of the rotation. */
+  /**
+   * Each read replica's lag in seconds, undefined while it is out of the rotation; given only
+   * when replicas serve reads, as are the reads' counts by where they went.
+   */
   replicaLags?: () => Array<{ server: string; seconds: number | undefined }>;
 }
 
@@ -25,7 +28,7 @@ export interface Metrics {
   /** Counts one SELECT of reads by id and the reads it carried. */
   observeReadBatch(size: number): void;
   /** Counts `count` reads answered by a replica, or by the primary and why. */
-  observeReads(destination: 'replica' | string, count: number): void;
+  observeReads(destination: string, count: number): void;
 }
 
 /** A request's labels, as prom-client takes them. */
@@ -126,12 +129,14 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       sources.reads,
     );
   }
-  const reads = new Counter({
-    name: 'plant_store_db_reads_total',
-    help: 'Plant reads by the server that answered (replica, primary) and why the primary (behind: no replica has what the read needs; timeline: a token from before a failover; fault: the replica failed, cancelled the query, or restarted or was promoted since it was chosen; none: no replica in rotation)',
-    labelNames: ['server', 'reason'],
-    registers: [registry],
-  });
+  const reads =
+    sources.replicaLags &&
+    new Counter({
+      name: 'plant_store_db_reads_total',
+      help: 'Plant reads by the server that answered (replica, primary) and why the primary (behind: no replica has what the read needs; timeline: a token from before a failover; fault: the replica failed, cancelled the query, or restarted or was promoted since it was chosen; none: no replica in rotation)',
+      labelNames: ['server', 'reason'],
+      registers: [registry],
+    });
   if (sources.replicaLags) {
     const lags = sources.replicaLags;
     new Gauge({
@@ -182,8 +187,8 @@ export function createMetrics(sources: MetricsSources = {}): Metrics {
       readBatches.observe(size);
     },
     observeReads(destination, count) {
-      if (destination === 'replica') reads.inc({ server: 'replica' }, count);
-      else reads.inc({ server: 'primary', reason: destination }, count);
+      if (destination === 'replica') reads?.inc({ server: 'replica' }, count);
+      else reads?.inc({ server: 'primary', reason: destination }, count);
     },
   };
 }

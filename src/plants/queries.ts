@@ -2,7 +2,8 @@ import { type SQL, sql } from 'drizzle-orm';
 import type { Database } from '../db/database.js';
 import { prepareArrayStatement, prepareStatement } from '../db/prepared.js';
 import {
-  reportOf,
+  reportOfColumns,
+  SERVER_REPORT_COLUMN_COUNT,
   SERVER_REPORT_COLUMNS,
   SERVER_REPORT_FROM,
   type ServerReport,
@@ -121,6 +122,10 @@ function pageOf(rows: PageRow[]): PlantPage {
   return { json: `${json}]`, count: rows.length, lastId: BigInt((rows.at(-1) as PageRow)[0]) };
 }
 
+/** A text column as the driver should read it (see QueryOptions.textAsBytes). */
+const textOf = (column: typeof plants.name | typeof plants.tag, textAsBytes: boolean): SQL =>
+  textAsBytes ? sql`convert_to(${column}, 'UTF8')` : sql`${column}`;
+
 /**
  * The reads' SQL. They return many rows: each is read as the driver gives it and made a plant
  * here, in one pass, rather than mapped field by field through Drizzle's column decoders (a
@@ -128,10 +133,8 @@ function pageOf(rows: PageRow[]): PlantPage {
  * row). A page goes further: its rows come as arrays and become the page's JSON (pageOf).
  */
 function readStatements(textAsBytes: boolean) {
-  const text = (column: typeof plants.name | typeof plants.tag) =>
-    textAsBytes ? sql`convert_to(${column}, 'UTF8')` : sql`${column}`;
-  const readColumns = sql`${plants.id}::text as id, ${text(plants.name)} as name,
-    ${text(plants.tag)} as tag`;
+  const readColumns = sql`${plants.id}::text as id, ${textOf(plants.name, textAsBytes)} as name,
+    ${textOf(plants.tag, textAsBytes)} as tag`;
   return {
     byIds: sql`select ${readColumns} from ${plants}
                 where ${plants.id} = any(${sql.placeholder('ids')}::int8[])`,
@@ -154,7 +157,7 @@ export function createPlantQueries(
   { textAsBytes, recordEvents }: QueryOptions,
 ): PlantQueries {
   const text = <T>(column: typeof plants.name | typeof plants.tag) =>
-    textAsBytes ? sql<T>`convert_to(${column}, 'UTF8')` : sql<T>`${column}`;
+    textOf(column, textAsBytes) as SQL<T>;
   const storedColumns = {
     id: plants.id,
     name: text<string | Uint8Array>(plants.name),
@@ -375,21 +378,14 @@ function eventStatements(db: Database, textAsBytes: boolean) {
   };
 }
 
-/** A reporting read's row: the server's report, then the plant's columns (null when none). */
-type ReportedRow = [
-  standby: boolean,
-  lsn: string | null,
-  started: string,
-  walFile: string | null,
-  ...plant: [id: string | null, name: string | Uint8Array | null, tag: string | Uint8Array | null],
-];
+/** A reporting read's row: the server's report (see reportOfColumns), then a plant's columns. */
+type ReportedRow = unknown[];
 
-const reportOfRow = ([standby, lsn, started, walFile]: ReportedRow): ServerReport =>
-  reportOf({ standby, lsn, started, wal_file: walFile });
-
-/** The plants of reported rows: the report's one row alone when none matched. */
+/** The plants of reported rows: none when the report's one row matched no plant. */
 const plantRowsOf = (rows: ReportedRow[]): PageRow[] =>
-  rows[0]?.[4] == null ? [] : rows.map((row) => row.slice(4) as PageRow);
+  rows[0]?.[SERVER_REPORT_COLUMN_COUNT] == null
+    ? []
+    : rows.map((row) => row.slice(SERVER_REPORT_COLUMN_COUNT) as PageRow);
 
 /**
  * The reads of createPlantQueries, each with the server's report: the report is one row, and
@@ -404,7 +400,7 @@ export function createReportingReads(db: Database, textAsBytes: boolean): Report
       sql`select ${sql.raw(SERVER_REPORT_COLUMNS)}, found.id, found.name, found.tag
             from ${sql.raw(SERVER_REPORT_FROM)}
             left join lateral (${plantsQuery}) as found on true ${order}`,
-      (rows: ReportedRow[]) => ({ report: reportOfRow(rows[0] as ReportedRow), rows }),
+      (rows: ReportedRow[]) => ({ report: reportOfColumns(rows[0] as ReportedRow), rows }),
     );
   const findByIds = reported('plants_select_batch_reported', reads.byIds, sql``);
   // In the page's order, which the join need not keep on its own.

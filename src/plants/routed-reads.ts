@@ -30,6 +30,9 @@ export interface RoutedRead {
 
 type ByIds = Awaited<ReturnType<ReportingReads['findByIds']>>;
 
+// A failure this quick leaves time to try another replica before the primary.
+const QUICK_FAILURE_MS = 250;
+
 export interface RoutedReads {
   byIds: BatchHandler<RoutedRead, StoredPlant | undefined>;
   listPage(range: PageRange, consistency: Consistency): Promise<PlantPage>;
@@ -74,16 +77,31 @@ export function createRoutedReads(
     return { answer, position, destination: afterFault ? 'fault' : route.primary };
   }
 
-  /** Where a read goes on its `attempt`th try: the last is the primary's. */
-  const routeOf = (token: WalPosition | undefined, attempt: number, prefer?: Replica): ReadRoute =>
-    attempt >= attempts ? { primary: 'fault' } : replicaSet.choose(token, prefer);
+  /**
+   * Where a read goes on its `attempt`th try, begun at `since`: another replica only after a
+   * quick failure (refused, cancelled, restarted), so that the primary still has time to answer
+   * after a slow one; the last try is the primary's.
+   */
+  const routeOf = (
+    token: WalPosition | undefined,
+    attempt: number,
+    since: number,
+    prefer?: Replica,
+  ): ReadRoute =>
+    attempt > 0 && (attempt >= attempts || performance.now() - since > QUICK_FAILURE_MS)
+      ? { primary: 'fault' }
+      : replicaSet.choose(token, prefer);
 
-  async function readByIds(batch: Pending<RoutedRead, StoredPlant | undefined>[], attempt: number) {
+  async function readByIds(
+    batch: Pending<RoutedRead, StoredPlant | undefined>[],
+    attempt: number,
+    since: number,
+  ) {
     // One statement per destination: a batch's reads go where the first went, if they may.
     const groups = new Map<string, { route: ReadRoute; reads: typeof batch }>();
     let prefer: Replica | undefined;
     for (const pending of batch) {
-      const route = routeOf(pending.item.consistency.position, attempt, prefer);
+      const route = routeOf(pending.item.consistency.position, attempt, since, prefer);
       if ('replica' in route) prefer ??= route.replica;
       const key = 'replica' in route ? route.replica.name : route.primary;
       const group = groups.get(key) ?? { route, reads: [] };
@@ -103,7 +121,7 @@ export function createRoutedReads(
           for (const { reject } of pendings) reject(failure);
           return;
         }
-        if (answered === undefined) return readByIds(pendings, attempt + 1);
+        if (answered === undefined) return readByIds(pendings, attempt + 1, since);
         onRead(answered.destination, pendings.length);
         for (const { item, resolve } of pendings) {
           item.consistency.position = laterPosition(answered.position, item.consistency.position);
@@ -114,10 +132,11 @@ export function createRoutedReads(
   }
 
   return {
-    byIds: { run: (batch) => readByIds(batch, 0) },
+    byIds: { run: (batch) => readByIds(batch, 0, performance.now()) },
     async listPage(range, consistency) {
+      const since = performance.now();
       for (let attempt = 0; ; attempt++) {
-        const route = routeOf(consistency.position, attempt);
+        const route = routeOf(consistency.position, attempt, since);
         const answered = await onRoute(route, attempt > 0, (server) => server.listPage(range));
         if (answered === undefined) continue;
         onRead(answered.destination, 1);
