@@ -53,7 +53,7 @@ describe('the create path', () => {
     const linesBefore = requestLines().length;
     const batchesBefore = await batchesSent();
 
-    // Every statement of the service goes through its pool.
+    // Every statement of the service goes through its pool, the plants' by name.
     const { pool } = testApp.appDatabase as unknown as { pool: pg.Pool };
     const statements = vi.spyOn(pool, 'query');
     const writeSync = vi.spyOn(fs, 'writeSync');
@@ -69,7 +69,11 @@ describe('the create path', () => {
     } finally {
       // Taken before the spies go: restoring one forgets its calls.
       counted = {
-        statements: statements.mock.calls.length,
+        // The plants' own: the webhook engine and the auth throttle share the pool, and run
+        // on timers of their own, which a slow machine's window of creates can take in.
+        statements: statements.mock.calls.filter(([query]) =>
+          String((query as { name?: string })?.name ?? '').startsWith('plants_'),
+        ).length,
         writeSyncs: [...writeSync.mock.calls],
         writes: [...writes.mock.calls],
       };
