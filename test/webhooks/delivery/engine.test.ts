@@ -254,7 +254,9 @@ describe('retries', () => {
       const n = hook.requests.filter((r) => r.body.startsWith(`{"id":${id},`)).length;
       return answers.get(id)?.(n) ?? { status: 200 };
     });
-    t = await startTestApp({ webhooks: webhookConfig([hook.url], { timeoutMs: 300 }) });
+    // A second: the receiver answers in this process, which CI may run at its lowest priority
+    // beside other suites; the receiver that is meant to time out takes two.
+    t = await startTestApp({ webhooks: webhookConfig([hook.url], { timeoutMs: 1000 }) });
   });
   afterAll(async () => {
     await t.close();
