@@ -114,7 +114,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
           consistency.position = result.position;
           return result;
         });
-  const common = {
+  const writesAndDeletes = {
     createPlant: (plant: NewPlant, consistency?: Consistency) =>
       afterBatch(writes.add(plant), consistency),
     async deletePlant(id: bigint, consistency?: Consistency) {
@@ -124,7 +124,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
   if (replicaSet === undefined || options.replicas === undefined) {
     const reads = createBatchQueue(readPlantsInBatch(queries), options.reads);
     return {
-      ...common,
+      ...writesAndDeletes,
       getPlant: (id) => reads.add(id),
       async listPlants(page) {
         if (page.after === INT64_MAX) return emptyPage;
@@ -148,7 +148,7 @@ export function createPlantRepository(db: Database, options: RepositoryOptions):
   // No failsQueued: the reads still queued may go to a replica that answers.
   const reads = createBatchQueue<RoutedRead, StoredPlant | undefined>(routed.byIds, options.reads);
   return {
-    ...common,
+    ...writesAndDeletes,
     getPlant: (id, consistency = { position: undefined }) => reads.add({ id, consistency }),
     async listPlants(page, consistency = { position: undefined }) {
       try {

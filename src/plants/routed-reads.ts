@@ -12,8 +12,9 @@ import type { PageRange, PlantPage, ReportingReads } from './queries.js';
 import type { StoredPlant } from './schemas.js';
 
 /**
- * What one request has seen: the position its Consistency-Token named when it came, then the
- * position its answer covers, at least as late.
+ * What one request has seen, read and then written by the repository: the position its
+ * Consistency-Token named when it came (none for a write), then the position its answer
+ * covers, at least as late.
  */
 export interface Consistency {
   position: WalPosition | undefined;

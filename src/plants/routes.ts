@@ -75,9 +75,9 @@ export async function plantRoutes(
   { plants, verifyToken, limits, answerWithinMs, consistencyTokens }: PlantRoutesOptions,
 ): Promise<void> {
   // Without replicas nothing is read or answered: a request costs what it always has.
-  const written = (): Consistency | undefined =>
+  const forWrite = (): Consistency | undefined =>
     consistencyTokens ? { position: undefined } : undefined;
-  const seen = (request: FastifyRequest): Consistency | undefined =>
+  const sentWith = (request: FastifyRequest): Consistency | undefined =>
     consistencyTokens ? readConsistencyToken(request) : undefined;
   await requireBearerToken(app, verifyToken, limits);
   answerInCommon(app, { perTokenLimit: true, busy: true });
@@ -126,7 +126,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const plant = request.body;
-      const consistency = written();
+      const consistency = forWrite();
       const result = await answered(plants().createPlant(plant, consistency));
       if (result.outcome === 'conflict') {
         throw new HttpError(409, plantConflictMessage(plant.id), tokenHeaders(consistency));
@@ -171,7 +171,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { limit = PAGE_LIMIT_DEFAULT, after, tag } = request.query;
-      const consistency = seen(request);
+      const consistency = sentWith(request);
       const page = await answered(plants().listPlants({ limit, after, tag }, consistency));
       answerToken(reply, consistency);
       // A full page has a next one, unless it ends at the largest id: nothing can follow that.
@@ -215,7 +215,7 @@ export async function plantRoutes(
     },
     async (request, reply) => {
       const { id } = request.params;
-      const consistency = seen(request);
+      const consistency = sentWith(request);
       const plant = await answered(plants().getPlant(id, consistency));
       if (!plant) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
       answerToken(reply, consistency);
@@ -249,7 +249,7 @@ export async function plantRoutes(
       },
       async (request, reply) => {
         const { id } = request.params;
-        const consistency = written();
+        const consistency = forWrite();
         const deleted = await answered(plants().deletePlant(id, consistency));
         if (!deleted) throw new HttpError(404, noPlantMessage(id), tokenHeaders(consistency));
         answerToken(reply, consistency);

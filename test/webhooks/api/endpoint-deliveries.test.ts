@@ -289,10 +289,13 @@ describe('deliveries to endpoints', () => {
       disabled: true,
       disabled_reason: 'every attempt failed for 60 seconds (WEBHOOK_DISABLE_AFTER_S)',
     });
-    const metrics = await t.app.inject({ method: 'GET', url: '/metrics' });
-    expect(metrics.body).toContain(
-      'plant_store_webhook_endpoints_disabled_total{reason="failing"} 1',
+    // Counted once the statement that disabled it has answered, a moment after it committed.
+    const counted = 'plant_store_webhook_endpoints_disabled_total{reason="failing"} 1';
+    const metrics = await eventually(
+      async () => (await t.app.inject({ method: 'GET', url: '/metrics' })).body,
+      (body) => body.includes(counted),
     );
+    expect(metrics).toContain(counted);
   });
 
   it('ends a run of failures with a success', async () => {
