@@ -17,6 +17,12 @@ interface Closable {
  * (the file's), then each call's overrides; `timing` replaces the engine's timings. Everything
  * opened is closed after its test, the last opened first.
  */
+/**
+ * The apps' attempt timeout: long enough for a receiver in this process to answer when CI runs
+ * the tests at the lowest priority beside other suites; a test of timeouts sets its own.
+ */
+export const ATTEMPT_TIMEOUT_MS = 5000;
+
 export function webhookApps(
   adminToken: string,
   defaults: Partial<WebhookSettings> = {},
@@ -42,7 +48,7 @@ export function webhookApps(
           env: { ADMIN_TOKENS: adminToken },
           webhooks: {
             ...loadConfig({ API_TOKENS: 'unused' }).webhooks,
-            timeoutMs: 1000,
+            timeoutMs: ATTEMPT_TIMEOUT_MS,
             allowPrivateNetworks: true,
             ...defaults,
             ...overrides,

@@ -13,7 +13,7 @@ import { testEngine } from '../../helpers/database.js';
 import { eventually } from '../../helpers/eventually.js';
 import { maxInAnySecond } from '../../helpers/rates.js';
 import type { ReceivedRequest } from '../../helpers/receiver.js';
-import { webhookApps } from '../../helpers/webhook-apps.js';
+import { ATTEMPT_TIMEOUT_MS, webhookApps } from '../../helpers/webhook-apps.js';
 
 const ADMIN_TOKEN = 'admin-token-paced-7c41';
 
@@ -228,7 +228,9 @@ describe.runIf(testEngine() === 'postgres')('the paced claim', () => {
     await t.database.query(
       `select record_events('newPlant', array['{"id":1,"name":"a"}', '{"id":2,"name":"b"}'], null)`,
     );
-    const outbox = createOutbox(t.appDatabase.db, { leaseMs: leaseMsFor(1000, ENGINE_TIMING) });
+    const outbox = createOutbox(t.appDatabase.db, {
+      leaseMs: leaseMsFor(ATTEMPT_TIMEOUT_MS, ENGINE_TIMING),
+    });
     const { deliveries, paced } = await outbox.fanOut(10, 0n);
     expect(deliveries.map((delivery) => delivery.endpoint.key)).toStrictEqual([free, free]);
     expect(paced).toStrictEqual([limited]);
@@ -253,7 +255,7 @@ describe.runIf(testEngine() === 'postgres')('the paced claim', () => {
     await due(t, free, 3);
     // Slots as the database gave them (ms since the epoch, its clock), not moved to this one's.
     const outbox = createOutbox(t.appDatabase.db, {
-      leaseMs: leaseMsFor(1000, ENGINE_TIMING),
+      leaseMs: leaseMsFor(ATTEMPT_TIMEOUT_MS, ENGINE_TIMING),
       clock: { observe: () => {}, local: (ms) => ms },
     });
     const databaseNow = async () =>
