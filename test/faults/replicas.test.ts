@@ -502,8 +502,11 @@ describe('without a Consistency-Token', () => {
     const reads = countsSince(before, await readCounts(s1));
     // All of that while B still lacked the plant: a read B served would have been a 404.
     expect(await hasPlant(replicaB, plant.id)).toBe(false);
-    expect(reads).toStrictEqual({ replica: 10, behind: 0, timeline: 0, fault: 0, none: 0 });
-    expect(lagA).toBeLessThan(MAX_LAG_MS / 1000);
+    // Served by A, or by the primary while this process had not yet seen A pass the bound
+    // (its polls run late on busy cores); never by B, and never for a fault.
+    expect(reads.replica + reads.behind).toBe(10);
+    expect(reads).toMatchObject({ timeline: 0, fault: 0, none: 0 });
+    expect(lagA).toBeLessThan(lagB as number);
     expect(lagB).toBeGreaterThan(MAX_LAG_MS / 1000);
   });
 });
